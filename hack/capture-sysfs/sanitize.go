@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/pathmend/pathmend/pkg/sysfs"
+)
+
+// identity is a host identity attribute and how its stable stand-in is
+// spelled. Target NQNs and IQNs are kept: they name the scenario's targets,
+// not the host.
+type identity struct {
+	attr string
+	fake func(n int) string
+}
+
+var identities = []identity{
+	{attr: "hostnqn", fake: func(n int) string {
+		return fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-%012d", n)
+	}},
+	{attr: "hostid", fake: func(n int) string {
+		return fmt.Sprintf("00000000-0000-4000-8000-%012d", n)
+	}},
+	{attr: "initiatorname", fake: func(n int) string {
+		return fmt.Sprintf("iqn.2004-10.com.example:pathmend-node-%d", n)
+	}},
+}
+
+// sanitize replaces every host identity (the values of hostnqn, hostid
+// and initiatorname attributes) with a stable fake, everywhere it occurs
+// in an attribute value, so the same identity maps to the same fake across
+// the whole capture. It returns the attribute names it replaced.
+func sanitize(f *sysfs.Fixture) []string {
+	type repl struct{ real, fake string }
+	var repls []repl
+	seen := map[string]bool{}
+	var kinds []string
+	for _, id := range identities {
+		var reals []string
+		for _, e := range f.Entries {
+			if e.Kind != sysfs.KindFile || path.Base(e.Path) != id.attr {
+				continue
+			}
+			v := strings.TrimRight(e.Value, "\n \x00")
+			if v == "" || v == "(null)" || seen[v] {
+				continue
+			}
+			seen[v] = true
+			reals = append(reals, v)
+		}
+		sort.Strings(reals)
+		for i, v := range reals {
+			repls = append(repls, repl{real: v, fake: id.fake(i + 1)})
+		}
+		if len(reals) > 0 {
+			kinds = append(kinds, id.attr)
+		}
+	}
+	// Longest first: a hostnqn usually embeds the hostid.
+	sort.SliceStable(repls, func(i, j int) bool { return len(repls[i].real) > len(repls[j].real) })
+	if len(repls) == 0 {
+		return nil
+	}
+	pairs := make([]string, 0, 2*len(repls))
+	for _, r := range repls {
+		pairs = append(pairs, r.real, r.fake)
+	}
+	r := strings.NewReplacer(pairs...)
+	for i, e := range f.Entries {
+		if e.Kind == sysfs.KindFile {
+			f.Entries[i].Value = r.Replace(e.Value)
+		}
+	}
+	return kinds
+}
