@@ -15,7 +15,6 @@ import (
 var (
 	reCtrl   = regexp.MustCompile(`^nvme\d+$`)
 	reHead   = regexp.MustCompile(`^nvme\d+n\d+$`)
-	reLeg    = regexp.MustCompile(`^nvme\d+c\d+n\d+$`)
 	reTarget = regexp.MustCompile(`^target\d+:\d+:\d+$`)
 	reLUN    = regexp.MustCompile(`^\d+:\d+:\d+:\d+$`)
 )
@@ -126,16 +125,24 @@ func (s *summary) nvme() {
 			hb := base + "/" + h
 			fmt.Fprintf(s.w, "    namespace %s\tnsid=%s\t%s\tholders=%s\n", h, s.attr(hb+"/nsid"),
 				sizeOf(s.attr(hb+"/size")), strings.Join(s.list(hb+"/holders", nil), ","))
-			legs := s.list(hb+"/multipath", reLeg)
-			if len(legs) == 0 {
-				fmt.Fprintln(s.w, "      no legs")
-			}
-			for _, l := range legs {
-				ctrl := legController(l)
-				legOf[ctrl] = true
-				lb := "class/nvme/" + ctrl + "/" + l
-				fmt.Fprintf(s.w, "      leg %s\tvia %s\tana_state=%s\tana_grpid=%s\n", l, ctrl,
+			// A head nvmeSnH has one hidden leg nvmeScCnH below each
+			// controller C that reaches the namespace (6.1 has no
+			// multipath/ directory under the head).
+			sn, hn, _ := strings.Cut(strings.TrimPrefix(h, "nvme"), "n")
+			legs := 0
+			for _, c := range ctrls {
+				l := "nvme" + sn + "c" + strings.TrimPrefix(c, "nvme") + "n" + hn
+				lb := "class/nvme/" + c + "/" + l
+				if _, err := s.fs.Stat(lb); err != nil {
+					continue
+				}
+				legs++
+				legOf[c] = true
+				fmt.Fprintf(s.w, "      leg %s\tvia %s\tana_state=%s\tana_grpid=%s\n", l, c,
 					s.attr(lb+"/ana_state"), s.attr(lb+"/ana_grpid"))
+			}
+			if legs == 0 {
+				fmt.Fprintln(s.w, "      no legs")
 			}
 		}
 		var idle []string
@@ -148,13 +155,6 @@ func (s *summary) nvme() {
 			fmt.Fprintf(s.w, "    controllers contributing no leg: %s\n", strings.Join(idle, ", "))
 		}
 	}
-}
-
-// legController maps a hidden leg "nvme0c1n1" to its controller "nvme1".
-func legController(leg string) string {
-	i := strings.IndexByte(leg[4:], 'c') + 4
-	j := strings.LastIndexByte(leg, 'n')
-	return "nvme" + leg[i+1:j]
 }
 
 func (s *summary) iscsi() {

@@ -50,6 +50,8 @@ type NVMeTCP struct {
 	// OptimizedEndpoints is the subset of Endpoints expected to be
 	// ANA-optimized (key "optimizedEndpoints"); the rest are expected to be
 	// non-optimized. Empty means every endpoint is treated as optimized.
+	// Parse keeps them in the order of Endpoints and leaves the list empty
+	// when it names every endpoint, since both spellings mean the same.
 	OptimizedEndpoints []Endpoint `json:"optimizedEndpoints,omitempty"`
 	// Namespace identity inside a possibly shared subsystem. At least one is
 	// set; NSID 0 means "not given". NGUID is 32 lowercase hex digits, UUID
@@ -110,10 +112,20 @@ func (s Secrets) GoString() string { return s.String() }
 // The driver maps it to codes.InvalidArgument. Reason never contains a
 // secret value.
 type FieldError struct {
-	Key    string
+	// Key is the volume context or secret key at fault. Never empty.
+	Key string
+	// Reason says what is wrong and, where it helps, what is accepted.
 	Reason string
+	// Secret is set when Key names a node-stage secret key, so the message
+	// sends the administrator to the Secret object rather than the PV.
+	Secret bool
 }
 
+// Error renders `volume context key "k": reason` or, for a secret key,
+// `node-stage secret key "k": reason`.
 func (e *FieldError) Error() string {
+	if e.Secret {
+		return fmt.Sprintf("node-stage secret key %q: %s", e.Key, e.Reason)
+	}
 	return fmt.Sprintf("volume context key %q: %s", e.Key, e.Reason)
 }

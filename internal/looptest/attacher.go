@@ -1,0 +1,175 @@
+// Package looptest is test support only: an Attacher that backs volumes with
+// sparse files on loop devices, and a minimal CSI controller that creates,
+// grows and deletes those files. It lets csi-sanity and the driver tests run
+// the real NodeServer with real mkfs, mounts and bind mounts on a machine
+// without NVMe or iSCSI. No production code imports it.
+package looptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// Attacher attaches registered backing files as loop devices.
+type Attacher struct {
+	mu      sync.Mutex
+	backing map[string]string           // volume ID → backing file
+	health  map[string]driver.Condition // injected conditions
+	// Attaches counts successful Attach calls, for tests.
+	Attaches int
+}
+
+var _ driver.Attacher = (*Attacher)(nil)
+
+// NewAttacher returns an Attacher with no volumes.
+func NewAttacher() *Attacher {
+	return &Attacher{backing: map[string]string{}, health: map[string]driver.Condition{}}
+}
+
+// Register makes volumeID attachable from file.
+func (a *Attacher) Register(volumeID, file string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.backing[volumeID] = file
+}
+
+// Unregister forgets volumeID.
+func (a *Attacher) Unregister(volumeID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.backing, volumeID)
+	delete(a.health, volumeID)
+}
+
+// SetCondition makes Health report c for volumeID.
+func (a *Attacher) SetCondition(volumeID string, c driver.Condition) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.health[volumeID] = c
+}
+
+func (a *Attacher) file(volumeID string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f, ok := a.backing[volumeID]
+	if !ok {
+		return "", fmt.Errorf("no backing file registered for volume %s", volumeID)
+	}
+	return f, nil
+}
+
+// Attach returns the loop device of the volume's backing file, setting one
+// up if none exists.
+func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Device, error) {
+	file, err := a.file(req.VolumeID)
+	if err != nil {
+		return driver.Device{}, err
+	}
+	dev, err := LoopOf(ctx, file)
+	if err != nil {
+		return driver.Device{}, err
+	}
+	if dev == "" {
+		out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", file).Output()
+		if err != nil {
+			return driver.Device{}, fmt.Errorf("losetup %s: %w", file, exitErr(err))
+		}
+		dev = strings.TrimSpace(string(out))
+	}
+	size, err := deviceSize(dev)
+	if err != nil {
+		return driver.Device{}, err
+	}
+	a.mu.Lock()
+	a.Attaches++
+	a.mu.Unlock()
+	return driver.Device{Path: dev, SizeBytes: size}, nil
+}
+
+// Detach removes the loop device of the volume, if any.
+func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
+	file, err := a.file(rec.VolumeID)
+	if err != nil {
+		// The controller deleted the volume: detach by recorded device.
+		return detachDevice(ctx, rec.Device)
+	}
+	dev, err := LoopOf(ctx, file)
+	if err != nil || dev == "" {
+		return err
+	}
+	return detachDevice(ctx, dev)
+}
+
+func detachDevice(ctx context.Context, dev string) error {
+	if dev == "" {
+		return nil
+	}
+	if _, err := os.Stat(dev); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := exec.CommandContext(ctx, "losetup", "-d", dev).Run(); err != nil {
+		return fmt.Errorf("losetup -d %s: %w", dev, exitErr(err))
+	}
+	return nil
+}
+
+// Expand makes the loop device re-read its backing file's size.
+func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error) {
+	if err := exec.CommandContext(ctx, "losetup", "-c", rec.Device).Run(); err != nil {
+		return 0, fmt.Errorf("losetup -c %s: %w", rec.Device, exitErr(err))
+	}
+	return deviceSize(rec.Device)
+}
+
+// Health reports an injected condition, else whether the device exists.
+func (a *Attacher) Health(_ context.Context, rec volume.Record) driver.Condition {
+	a.mu.Lock()
+	c, ok := a.health[rec.VolumeID]
+	a.mu.Unlock()
+	if ok {
+		return c
+	}
+	if _, err := os.Stat(rec.Device); err != nil {
+		return driver.Condition{Status: driver.Inaccessible, Reason: "DeviceGone", Message: fmt.Sprintf("loop device %s is gone", rec.Device)}
+	}
+	return driver.Condition{Status: driver.Healthy}
+}
+
+// LoopOf returns the loop device backed by file, or "" when none is.
+func LoopOf(ctx context.Context, file string) (string, error) {
+	out, err := exec.CommandContext(ctx, "losetup", "--noheadings", "--output", "NAME", "--associated", file).Output()
+	if err != nil {
+		return "", fmt.Errorf("losetup --associated %s: %w", file, exitErr(err))
+	}
+	fields := strings.Fields(string(out))
+	if len(fields) == 0 {
+		return "", nil
+	}
+	return fields[0], nil
+}
+
+func deviceSize(dev string) (int64, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Seek(0, io.SeekEnd)
+}
+
+func exitErr(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+	}
+	return err
+}

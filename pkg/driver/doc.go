@@ -1,0 +1,19 @@
+// Package driver serves pathmend's CSI Identity and Node services.
+//
+// It owns the gRPC surface: argument checks, the one volume-context parser
+// call, per-volume locks (a second RPC on a busy volume is Aborted), the one
+// error-to-status mapping (ToStatus) and the logging interceptor. It owns
+// the node-side lifecycle of a volume: attach through the transport's
+// Attacher, format and mount at the staging path, bind mounts at target
+// paths, stats, condition and online expansion, and the staged-volume
+// record written through pkg/volume.
+//
+// It does not know how a transport attaches: the nvme-tcp and iscsi
+// Attachers are injected, chosen by the "transport" key of the volume
+// context. It keeps no state in memory beyond in-flight locks; everything a
+// restarted plugin needs comes from the records on disk and from the kernel.
+//
+// Invariants: every argument is validated before the host is touched; a
+// failed NodeStage leaves nothing attached that it attached; secrets never
+// reach a log line or an error.
+package driver

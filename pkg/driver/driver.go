@@ -1,0 +1,134 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	mount "k8s.io/mount-utils"
+	"k8s.io/utils/exec"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// Config is the driver's identity and node facts, parsed from flags.
+type Config struct {
+	// DriverName is the CSI driver name, e.g. csi.pathmend.io.
+	DriverName string
+	// Version is stamped into the binary at build time.
+	Version string
+	// NodeID is reported by NodeGetInfo; the node's hostname by default.
+	NodeID string
+	// MaxVolumesPerNode is reported by NodeGetInfo; 0 means no limit.
+	MaxVolumesPerNode int64
+	// TopologyKey and TopologyValue, when both set, make NodeGetInfo
+	// report an accessible topology segment {key: value}.
+	TopologyKey   string
+	TopologyValue string
+	// HealMode is the validated --heal flag.
+	HealMode heal.Mode
+	// DefaultFSType is formatted when a mount capability names no
+	// filesystem; ext4 when empty.
+	DefaultFSType string
+}
+
+// Deps are the OS seams the driver works through. main builds each exactly
+// once; tests pass real ones rooted in temp dirs.
+type Deps struct {
+	// SysFS is the sysfs tree the node is read from.
+	SysFS sysfs.FS
+	// Store holds the staged-volume records.
+	Store *volume.Store
+	// Mounter formats and mounts; its Exec runs mkfs, fsck and blkid.
+	Mounter *mount.SafeFormatAndMount
+	// Exec runs the filesystem resize tools.
+	Exec exec.Interface
+	// Attachers maps every transport the parser knows to its Attacher.
+	Attachers map[volume.Transport]Attacher
+	// Now is the clock; time.Now in production.
+	Now func() time.Time
+}
+
+// Driver serves the CSI Identity and Node services of one node.
+type Driver struct {
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedNodeServer
+
+	cfg   Config
+	deps  Deps
+	locks *volumeLocks
+}
+
+var (
+	_ csi.IdentityServer = (*Driver)(nil)
+	_ csi.NodeServer     = (*Driver)(nil)
+)
+
+// New validates cfg and deps and returns a Driver. It touches nothing on
+// the host.
+func New(cfg Config, deps Deps) (*Driver, error) {
+	var errs []error
+	if cfg.DriverName == "" {
+		errs = append(errs, errors.New("driver name is empty"))
+	}
+	if cfg.NodeID == "" {
+		errs = append(errs, errors.New("node ID is empty"))
+	}
+	if cfg.MaxVolumesPerNode < 0 {
+		errs = append(errs, fmt.Errorf("max volumes per node %d is negative", cfg.MaxVolumesPerNode))
+	}
+	if (cfg.TopologyKey == "") != (cfg.TopologyValue == "") {
+		errs = append(errs, errors.New("topology key and value must be set together"))
+	}
+	if _, err := heal.ParseMode(string(cfg.HealMode)); err != nil {
+		errs = append(errs, err)
+	}
+	if deps.SysFS.Root() == "" {
+		errs = append(errs, errors.New("sysfs root is not set"))
+	}
+	if deps.Store == nil {
+		errs = append(errs, errors.New("volume record store is not set"))
+	}
+	if deps.Mounter == nil || deps.Mounter.Interface == nil || deps.Mounter.Exec == nil {
+		errs = append(errs, errors.New("mounter is not set"))
+	}
+	if deps.Exec == nil {
+		errs = append(errs, errors.New("exec is not set"))
+	}
+	for _, t := range volume.Transports {
+		if deps.Attachers[t] == nil {
+			errs = append(errs, fmt.Errorf("no attacher for transport %q", t))
+		}
+	}
+	if cfg.DefaultFSType == "" {
+		cfg.DefaultFSType = defaultFSType
+	}
+	if !supportedFSTypes[cfg.DefaultFSType] {
+		errs = append(errs, fmt.Errorf("default filesystem %q is not supported; use ext4, ext3 or xfs", cfg.DefaultFSType))
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Driver{cfg: cfg, deps: deps, locks: newVolumeLocks()}, nil
+}
+
+// attacher returns the Attacher of transport t.
+func (d *Driver) attacher(t volume.Transport) (Attacher, error) {
+	a, ok := d.deps.Attachers[t]
+	if !ok {
+		known := make([]string, 0, len(d.deps.Attachers))
+		for k := range d.deps.Attachers {
+			known = append(known, string(k))
+		}
+		sort.Strings(known)
+		return nil, invalidArgument("volume context key \"transport\": unknown transport %q; known: %v", t, known)
+	}
+	return a, nil
+}

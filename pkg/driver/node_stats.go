@@ -1,0 +1,195 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	mount "k8s.io/mount-utils"
+	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// NodeGetCapabilities lists the Node RPCs pathmend implements.
+func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	types := []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	}
+	caps := make([]*csi.NodeServiceCapability, 0, len(types))
+	for _, t := range types {
+		caps = append(caps, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
+		})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeGetInfo reports the node ID, the volume limit and, when configured,
+// the node's topology segment.
+func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	resp := &csi.NodeGetInfoResponse{NodeId: d.cfg.NodeID, MaxVolumesPerNode: d.cfg.MaxVolumesPerNode}
+	if d.cfg.TopologyKey != "" {
+		resp.AccessibleTopology = &csi.Topology{Segments: map[string]string{d.cfg.TopologyKey: d.cfg.TopologyValue}}
+	}
+	return resp, nil
+}
+
+// lookupVolumeAt returns the record of a volume staged or published at
+// path, or NotFound.
+func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileInfo, error) {
+	rec, err := d.deps.Store.Get(volumeID)
+	switch {
+	case errors.Is(err, volume.ErrNotFound):
+		return volume.Record{}, nil, notFound("volume %s is not staged on this node", volumeID)
+	case err != nil:
+		return volume.Record{}, nil, internal(err, "read record of volume %s", volumeID)
+	}
+	if path != rec.StagingPath && !slices.ContainsFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == path }) {
+		return volume.Record{}, nil, notFound("volume %s is not staged or published at %s", volumeID, path)
+	}
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return volume.Record{}, nil, notFound("volume path %s does not exist", path)
+	}
+	if err != nil {
+		return volume.Record{}, nil, internal(err, "stat %s", path)
+	}
+	return rec, fi, nil
+}
+
+// NodeGetVolumeStats reports capacity and inodes of a filesystem volume or
+// the size of a block volume. Path health is reported by
+// NodeGetVolumeHealth: CSI v1.13 removed the alpha VolumeCondition field
+// from this response.
+func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	volumeID := req.GetVolumeId()
+	if volumeID == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if req.GetVolumePath() == "" {
+		return nil, invalidArgument("volume_path is required")
+	}
+	path, err := checkPath("volume_path", req.GetVolumePath())
+	if err != nil {
+		// A relative path can never be where a volume is: NotFound, as
+		// the spec asks for a volume that is not at the given path.
+		return nil, notFound("volume %s is not at %q", volumeID, req.GetVolumePath())
+	}
+	rec, _, err := d.lookupVolumeAt(volumeID, path)
+	if err != nil {
+		return nil, err
+	}
+	if rec.AccessType == volume.AccessBlock {
+		size, err := blockDeviceSize(rec.Device)
+		if err != nil {
+			return nil, internal(err, "read size of block device %s of volume %s", rec.Device, volumeID)
+		}
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
+	}
+	mounted, err := isMountPoint(d.deps.Mounter, path)
+	if err != nil {
+		return nil, internal(err, "check mount at %s", path)
+	}
+	if !mounted {
+		return nil, notFound("filesystem of volume %s is not mounted at %s", volumeID, path)
+	}
+	usage, err := fsUsage(path)
+	if err != nil {
+		return nil, internal(err, "statfs %s", path)
+	}
+	return &csi.NodeGetVolumeStatsResponse{Usage: usage}, nil
+}
+
+// fsUsage reports bytes and inodes of the filesystem mounted at path.
+func fsUsage(path string) ([]*csi.VolumeUsage, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return nil, err
+	}
+	bsize := st.Bsize
+	total := int64(st.Blocks) * bsize
+	avail := int64(st.Bavail) * bsize
+	used := (int64(st.Blocks) - int64(st.Bfree)) * bsize
+	return []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: total, Available: avail, Used: used},
+		{Unit: csi.VolumeUsage_INODES, Total: int64(st.Files), Available: int64(st.Ffree), Used: int64(st.Files) - int64(st.Ffree)},
+	}, nil
+}
+
+// blockDeviceSize returns the size of a block device: seeking to the end of
+// a block device node yields its size in bytes.
+func blockDeviceSize(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Seek(0, io.SeekEnd)
+}
+
+// NodeExpandVolume rescans the device through the volume's transport and
+// grows the filesystem online to the new device size.
+func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	volumeID := req.GetVolumeId()
+	if volumeID == "" {
+		return nil, invalidArgument("volume_id is required")
+	}
+	if req.GetVolumePath() == "" {
+		return nil, invalidArgument("volume_path is required")
+	}
+	path, err := checkPath("volume_path", req.GetVolumePath())
+	if err != nil {
+		return nil, notFound("volume %s is not at %q", volumeID, req.GetVolumePath())
+	}
+	if req.GetVolumeCapability() != nil {
+		if _, err := parseCapability(req.GetVolumeCapability(), d.cfg.DefaultFSType); err != nil {
+			return nil, err
+		}
+	}
+	release, err := d.locks.acquire(volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	rec, _, err := d.lookupVolumeAt(volumeID, path)
+	if err != nil {
+		return nil, err
+	}
+	att, err := d.attacher(rec.Context.Transport)
+	if err != nil {
+		return nil, err
+	}
+	size, err := att.Expand(ctx, rec)
+	if err != nil {
+		return nil, fmt.Errorf("rescan device of volume %s: %w", volumeID, err)
+	}
+	if required := req.GetCapacityRange().GetRequiredBytes(); required > 0 && size < required {
+		return nil, failedPrecondition("device %s of volume %s is %d bytes after a rescan, less than the required %d: the volume has not grown on the storage system yet", rec.Device, volumeID, size, required)
+	}
+	if rec.AccessType == volume.AccessMount {
+		resizer := mount.NewResizeFs(d.deps.Exec)
+		need, err := resizer.NeedResize(rec.Device, rec.StagingPath)
+		if err != nil {
+			return nil, internal(err, "check filesystem size of volume %s", volumeID)
+		}
+		if need {
+			if _, err := resizer.Resize(rec.Device, rec.StagingPath); err != nil {
+				return nil, internal(err, "grow filesystem of volume %s", volumeID)
+			}
+			klog.V(2).InfoS("Grew filesystem", "volumeID", volumeID, "device", rec.Device, "sizeBytes", size)
+		}
+	}
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
+}

@@ -1,0 +1,42 @@
+// Package volume owns two things: the volume-context contract and the
+// staged-volume records.
+//
+// # Volume context
+//
+// Parse is the one reader of the keys a PV's volumeAttributes and its
+// node-stage secret may carry (docs/volume-context.md; Keys returns the same
+// table). It validates every key against its transport, rejects unknown
+// keys so that a typo never passes silently, skips the keys Kubernetes adds
+// under IgnoredKeyPrefix, and returns a normalized Context plus Secrets.
+// Failures are *FieldError values naming the key; the driver maps them to
+// InvalidArgument. Context.Encode renders a Context back to canonical keys
+// and Context.Equal compares two of them, which is how the driver decides
+// whether a repeated NodeStage asks for the same thing.
+//
+// # Staged-volume records
+//
+// Store keeps one Record per staged volume under
+// <dir>/volumes/vol-<hash>.json, so a restarted plugin knows what it
+// attached, where, and which paths each volume expects. There is no
+// in-memory cache: every call reads or writes the disk.
+//
+// # What this package does not do
+//
+// It attaches nothing, reads no sysfs, runs no commands and speaks no gRPC.
+// It does not resolve host names in endpoints and portals; it only checks
+// their syntax.
+//
+// # Invariants
+//
+//   - A Context never holds a secret, so neither does a Record; Secrets are
+//     returned to the caller only and have no JSON or text form that shows
+//     a value.
+//   - No error from this package contains a secret value.
+//   - Parse is deterministic: the same maps give the same result or the same
+//     error, whatever the map iteration order.
+//   - For any Context c returned by Parse, Parse(c.Encode(), nil) returns a
+//     Context equal to c.
+//   - Store.Put is atomic: after a crash a record is the old or the new one,
+//     never partial. Leftover temporary files are ignored by List.
+//   - A record is always written in the normalized form Parse returns.
+package volume
