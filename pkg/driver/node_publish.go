@@ -8,8 +8,8 @@ import (
 	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	mount "k8s.io/mount-utils"
 	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
 
 	"github.com/pathmend/pathmend/pkg/volume"
 )

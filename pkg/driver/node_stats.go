@@ -10,8 +10,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
-	mount "k8s.io/mount-utils"
 	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
 
 	"github.com/pathmend/pathmend/pkg/volume"
 )
