@@ -210,6 +210,13 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	return &fakeEnv{driver: d, attacher: fa, mounter: fm, store: store, dir: dir}
 }
 
+// driver2Mounter returns a fresh fake mounter wrapped for SafeFormatAndMount.
+func (e *fakeEnv) driver2Mounter() *mount.SafeFormatAndMount {
+	return mount.NewSafeFormatAndMount(mount.NewFakeMounter(nil), utilexec.New())
+}
+
+func execNew() utilexec.Interface { return utilexec.New() }
+
 // serveOnSocket serves d (Identity + Node) on a unix socket in a temp dir
 // through the production server options and returns a connected client.
 func serveOnSocket(t *testing.T, d *driver.Driver) *grpc.ClientConn {

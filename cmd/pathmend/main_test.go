@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func TestRun_Commands(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		stdout   string
+		stderrIn string
+	}{
+		{args: []string{"version"}, code: 0, stdout: version},
+		{args: []string{"help"}, code: 0, stdout: "pathmend [serve]"},
+		{args: []string{"frobnicate"}, code: 2, stderrIn: `unknown command "frobnicate"`},
+		{args: []string{"serve", "--no-such-flag"}, code: 2, stderrIn: "no-such-flag"},
+		{args: []string{"serve", "extra"}, code: 2, stderrIn: "unexpected arguments"},
+		{args: []string{"--heal=fix", "--endpoint=unix:///tmp/x.sock"}, code: 1},
+		{args: []string{"--endpoint=tcp://127.0.0.1:1"}, code: 1},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if got := run(tc.args, &out, &errb); got != tc.code {
+				t.Errorf("exit = %d, want %d (stderr %q)", got, tc.code, errb.String())
+			}
+			if !strings.Contains(out.String(), tc.stdout) {
+				t.Errorf("stdout %q does not contain %q", out.String(), tc.stdout)
+			}
+			if !strings.Contains(errb.String(), tc.stderrIn) {
+				t.Errorf("stderr %q does not contain %q", errb.String(), tc.stderrIn)
+			}
+		})
+	}
+}
+
+func TestServeConfig_Validate(t *testing.T) {
+	c := defaultServeConfig()
+	if err := c.validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	c.heal = "sometimes"
+	c.endpoint = "/no/scheme"
+	c.shutdownTimeout = 0
+	c.stateDir = ""
+	err := c.validate()
+	for _, want := range []string{"--heal", "--endpoint", "--shutdown-timeout", "--state-dir"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate() = %v, want it to name %s", err, want)
+		}
+	}
+}
+
+// TestMain lets the test binary act as pathmend for TestServe_SIGTERM.
+func TestMain(m *testing.M) {
+	if os.Getenv("PATHMEND_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestServe_SIGTERM runs `pathmend serve` as a process: it answers Probe
+// on its socket, and on SIGTERM exits 0 and removes the socket.
+func TestServe_SIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "csi.sock")
+	sys := filepath.Join(dir, "sys")
+	os.Mkdir(sys, 0o755)
+	cmd := exec.Command(os.Args[0], "serve", "--endpoint=unix://"+sock, "--sys-root="+sys, "--state-dir="+filepath.Join(dir, "state"), "--node-id=n1", "--heal=observe")
+	cmd.Env = append(os.Environ(), "PATHMEND_TEST_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("socket never came up; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conn, err := grpc.NewClient("unix:"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	probe, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
+	if err != nil || !probe.GetReady().GetValue() {
+		t.Fatalf("Probe = %v, %v", probe, err)
+	}
+	info, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil || info.GetNodeId() != "n1" {
+		t.Fatalf("NodeGetInfo = %v, %v", info, err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("pathmend did not exit after SIGTERM")
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left after SIGTERM: %v", err)
+	}
+}
