@@ -112,7 +112,7 @@ const (
 
 var keyDocs = []KeyDoc{
 	{Key: keyTransport, Required: true,
-		Format:      "nvme-tcp | iscsi",
+		Format:      "nvme-tcp or iscsi",
 		Description: "Fabric the volume is attached over."},
 
 	{Key: keyNQN, Transport: TransportNVMeTCP, Required: true,
@@ -172,11 +172,10 @@ var keyDocs = []KeyDoc{
 		Description: "Controller DH-HMAC-CHAP key for bidirectional authentication."},
 
 	{Key: keyIQN, Transport: TransportISCSI, Required: true,
-		Format:      "iqn.yyyy-mm.reverse.domain[:id], eui.<16 hex> or naa.<16|32 hex>; at most 223 bytes",
+		Format:      "iqn.yyyy-mm.reverse.domain[:id], eui.<16 hex> or naa.<16 or 32 hex>; at most 223 bytes",
 		Description: "iSCSI name of the target."},
 	{Key: keyPortals, Transport: TransportISCSI, Required: true,
-		Format:      "comma-separated host[:port]; IPv6 as [addr]:port or a bare address",
-		Default:     "port 3260",
+		Format:      "comma-separated host[:port], port 3260 when omitted; IPv6 as [addr]:port or a bare address",
 		Description: "Every portal the node logs in to; one session per portal."},
 	{Key: keyLUN, Transport: TransportISCSI, Required: true,
 		Format:      rangeLUN.String(),

@@ -141,8 +141,12 @@ func checkLabel(l string) string {
 		return "has a label starting or ending with '-'"
 	}
 	for i := 0; i < len(l); i++ {
-		if !isAlnum(l[i]) && l[i] != '-' {
-			return fmt.Sprintf("has a label with the character %q; only letters, digits and '-' are allowed", l[i])
+		switch b := l[i]; {
+		case isAlnum(b) || b == '-':
+		case b < ' ' || b >= 0x7f:
+			return "has a label with a control character or a non-ASCII byte; only letters, digits and '-' are allowed"
+		default:
+			return fmt.Sprintf("has a label with the character %q; only letters, digits and '-' are allowed", b)
 		}
 	}
 	return ""

@@ -56,6 +56,10 @@ func Parse(volumeContext, secrets map[string]string) (Context, Secrets, error) {
 	return c, s, nil
 }
 
+// EmptyKey is the FieldError.Key reported for a key that is the empty
+// string, so that FieldError.Key is never empty.
+const EmptyKey = "<empty key>"
+
 func parseTransport(vc map[string]string) (Transport, error) {
 	v, ok := vc[keyTransport]
 	if !ok || v == "" {
@@ -89,6 +93,8 @@ func checkContextKeys(t Transport, vc map[string]string) error {
 		}
 		d, ok := keyIndex[k]
 		switch {
+		case k == "":
+			return fieldErr(EmptyKey, "a key is the empty string; remove it")
 		case ok && d.Secret:
 			// The value is deliberately not echoed: it is a secret that
 			// has already leaked into the PV; it must not leak into events.
@@ -113,6 +119,9 @@ func checkSecretKeys(t Transport, secrets map[string]string) error {
 	for _, k := range sortedKeys(secrets) {
 		if strings.HasPrefix(k, IgnoredKeyPrefix) {
 			continue
+		}
+		if k == "" {
+			return secretErr(EmptyKey, "a key is the empty string; remove it")
 		}
 		d, ok := keyIndex[k]
 		if !ok || !d.Secret || d.Transport != t {

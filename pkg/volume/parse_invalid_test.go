@@ -37,6 +37,8 @@ var invalidCases = []invalidCase{
 		reason: "secrets must come from node-stage secrets, not the volume context"},
 	{name: "other transport's secret in the volume context", vc: withKeys(nvmeBase, "chapUsernameIn", "leaked-user"), key: "chapUsernameIn",
 		reason: "secrets must come from node-stage secrets"},
+	{name: "empty key", vc: withKeys(nvmeBase, "", "x"), key: EmptyKey, reason: "a key is the empty string"},
+	{name: "empty secret key", vc: nvmeBase, secrets: map[string]string{"": "x"}, key: EmptyKey, secret: true, reason: "a key is the empty string"},
 	{name: "empty required value", vc: withKeys(nvmeBase, "nqn", ""), key: "nqn", reason: "required, but the value is empty"},
 	{name: "empty optional value", vc: withKeys(nvmeBase, "ctrlLossTmo", ""), key: "ctrlLossTmo", reason: "value is empty; omit the key to use the default"},
 
@@ -77,6 +79,7 @@ var invalidCases = []invalidCase{
 	{name: "endpoint IPv4 out of range", vc: withKeys(nvmeBase, "endpoints", "10.0.0.256:4420"), key: "endpoints", reason: "neither a valid IP address nor a host name"},
 	{name: "endpoint IPv4 with leading zero", vc: withKeys(nvmeBase, "endpoints", "10.0.0.010:4420"), key: "endpoints", reason: "neither a valid IP address nor a host name"},
 	{name: "endpoint host with underscore", vc: withKeys(nvmeBase, "endpoints", "tar_get:4420"), key: "endpoints", reason: "host name has a label with the character '_'"},
+	{name: "endpoint host with non-ASCII", vc: withKeys(nvmeBase, "endpoints", "zürich.example:4420"), key: "endpoints", reason: "non-ASCII byte"},
 	{name: "endpoint empty host", vc: withKeys(nvmeBase, "endpoints", ":4420"), key: "endpoints", reason: "host is empty"},
 	{name: "endpoint empty item", vc: withKeys(nvmeBase, "endpoints", "192.0.2.10:4420,,192.0.2.11:4420"), key: "endpoints", reason: "item 2 is empty"},
 	{name: "endpoint trailing comma", vc: withKeys(nvmeBase, "endpoints", "192.0.2.10:4420,"), key: "endpoints", reason: "item 2 is empty"},

@@ -1,0 +1,301 @@
+package volume
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+const (
+	// recordsDir is the subdirectory of the store directory holding records;
+	// keeping them apart leaves room for other state next to them.
+	recordsDir = "volumes"
+	// recordPrefix and recordSuffix frame the hash in a record file name.
+	recordPrefix = "vol-"
+	recordSuffix = ".json"
+	// tmpPrefix starts every temporary and probe file. List skips anything
+	// that is not a record name, so a crash that leaves one behind hides no
+	// record and corrupts none.
+	tmpPrefix = ".tmp-"
+	// maxRecordSize bounds one read; a real record is a few hundred bytes.
+	maxRecordSize = 1 << 20
+)
+
+// Store keeps one Record per staged volume as a JSON file on disk. It has no
+// in-memory cache: every call reads or writes the disk, so the files are the
+// truth across plugin restarts. A Store is safe for concurrent use on
+// different volume IDs; calls for the same volume ID must be serialized by
+// the caller (the driver's per-volume lock), otherwise the last Put wins.
+// The zero Store is not usable; create one with NewStore.
+type Store struct {
+	dir     string
+	records string
+}
+
+// NewStore returns a store kept under dir, which must be an absolute path.
+// It creates dir and its records subdirectory with mode 0700 when missing
+// (fsyncing each parent it changed, so the directories survive a crash
+// together with the first record), and reads nothing.
+func NewStore(dir string) (*Store, error) {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("staged-volume store directory %q: must be an absolute path", dir)
+	}
+	dir = filepath.Clean(dir)
+	records := filepath.Join(dir, recordsDir)
+	if err := mkdirDurable(records); err != nil {
+		return nil, fmt.Errorf("create staged-volume store: %w", err)
+	}
+	return &Store{dir: dir, records: records}, nil
+}
+
+// Dir is the directory the store was created with.
+func (s *Store) Dir() string { return s.dir }
+
+// Put writes r atomically: to a temporary file in the records directory,
+// fsynced, renamed over the previous record and followed by an fsync of the
+// directory. After a crash the record is either the old or the new one,
+// never a mix. The file mode is 0600. An error after the rename (the
+// directory fsync) leaves the new record in place but not yet durable.
+// The record is written with Version RecordVersion. Put rejects a
+// record without VolumeID (or not valid UTF-8), with an unknown AccessType,
+// with file system settings on a block volume, with an empty or repeated
+// publication target path, or whose Context Parse would not have produced.
+func (s *Store) Put(r Record) error {
+	if err := r.check(); err != nil {
+		return fmt.Errorf("put staged-volume record: %w", err)
+	}
+	r.Version = RecordVersion
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("put staged-volume record %q: encode: %w", r.VolumeID, err)
+	}
+	data = append(data, '\n')
+
+	name := recordName(r.VolumeID)
+	if err := s.writeAtomic(name, data); err != nil {
+		return fmt.Errorf("put staged-volume record %q: %w", r.VolumeID, err)
+	}
+	return nil
+}
+
+func (s *Store) writeAtomic(name string, data []byte) (err error) {
+	// os.CreateTemp opens with O_EXCL and mode 0600.
+	tmp, err := os.CreateTemp(s.records, tmpPrefix+name+"-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), filepath.Join(s.records, name)); err != nil {
+		return err
+	}
+	return syncDir(s.records)
+}
+
+// Get returns the record of volumeID. A missing record is an error wrapping
+// ErrNotFound; an unreadable, corrupt or foreign record is an error naming
+// the file.
+func (s *Store) Get(volumeID string) (Record, error) {
+	path := filepath.Join(s.records, recordName(volumeID))
+	r, err := readRecord(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, fmt.Errorf("volume %q: %w", volumeID, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	// Only a SHA-256 prefix collision or a file copied by hand gets here.
+	if r.VolumeID != volumeID {
+		return Record{}, fmt.Errorf("staged-volume record %s: holds volume %q, not %q", path, r.VolumeID, volumeID)
+	}
+	return r, nil
+}
+
+// Delete removes the record of volumeID and fsyncs the directory. Deleting
+// a record that does not exist succeeds, so NodeUnstage can be retried.
+func (s *Store) Delete(volumeID string) error {
+	path := filepath.Join(s.records, recordName(volumeID))
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("delete staged-volume record %q: %w", volumeID, err)
+	}
+	if err := syncDir(s.records); err != nil {
+		return fmt.Errorf("delete staged-volume record %q: %w", volumeID, err)
+	}
+	return nil
+}
+
+// List returns every readable record, sorted by VolumeID. A corrupt record
+// does not hide the others: List returns what it could read together with
+// an errors.Join of one error per bad file (nil when there is none).
+// Temporary files left by an interrupted Put are ignored. Only a failure
+// to read the directory itself returns no records.
+func (s *Store) List() ([]Record, error) {
+	entries, err := os.ReadDir(s.records)
+	if err != nil {
+		return nil, fmt.Errorf("list staged-volume records: %w", err)
+	}
+	var (
+		records []Record
+		errs    []error
+	)
+	for _, e := range entries {
+		if !isRecordName(e.Name()) {
+			continue
+		}
+		path := filepath.Join(s.records, e.Name())
+		r, err := readRecord(path)
+		if err == nil && recordName(r.VolumeID) != e.Name() {
+			err = fmt.Errorf("staged-volume record %s: holds volume %q, whose record is %s", path, r.VolumeID, recordName(r.VolumeID))
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		records = append(records, r)
+	}
+	slices.SortFunc(records, func(a, b Record) int { return strings.Compare(a.VolumeID, b.VolumeID) })
+	return records, errors.Join(errs...)
+}
+
+// Writable checks that records can be written, for the Probe RPC: it
+// creates, writes, fsyncs and removes a probe file in the records
+// directory. A read-only or full file system fails here rather than in the
+// middle of NodeStage.
+func (s *Store) Writable() (err error) {
+	f, err := os.CreateTemp(s.records, tmpPrefix+"probe-*")
+	if err != nil {
+		return fmt.Errorf("staged-volume store not writable: %w", err)
+	}
+	defer func() {
+		if rerr := os.Remove(f.Name()); rerr != nil && err == nil {
+			err = fmt.Errorf("staged-volume store not writable: %w", rerr)
+		}
+	}()
+	_, werr := f.Write([]byte("probe\n"))
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("staged-volume store not writable: %w", werr)
+	}
+	return nil
+}
+
+// readRecord reads and decodes one record file. Errors name the file.
+func readRecord(path string) (Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Record{}, fmt.Errorf("read staged-volume record %s: %w", path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
+	if err != nil {
+		return Record{}, fmt.Errorf("read staged-volume record %s: %w", path, err)
+	}
+	if len(data) > maxRecordSize {
+		return Record{}, fmt.Errorf("staged-volume record %s: larger than %d bytes", path, maxRecordSize)
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Record{}, fmt.Errorf("staged-volume record %s: corrupt: %w", path, err)
+	}
+	if r.Version == 0 {
+		return Record{}, fmt.Errorf("staged-volume record %s: corrupt: no version", path)
+	}
+	if r.Version != RecordVersion {
+		return Record{}, fmt.Errorf("staged-volume record %s: unsupported version %d, want %d", path, r.Version, RecordVersion)
+	}
+	if r.VolumeID == "" {
+		return Record{}, fmt.Errorf("staged-volume record %s: corrupt: no volume ID", path)
+	}
+	return r, nil
+}
+
+// recordName maps a volume ID to its file name. Volume IDs are arbitrary
+// UTF-8 up to 128 bytes and may contain '/', "..", or anything else unfit
+// for a path, so the name is a hash; 128 bits make a collision impossible
+// in practice, and Get still verifies the ID stored inside.
+func recordName(volumeID string) string {
+	sum := sha256.Sum256([]byte(volumeID))
+	return recordPrefix + hex.EncodeToString(sum[:16]) + recordSuffix
+}
+
+// isRecordName reports whether name has the exact shape recordName produces.
+func isRecordName(name string) bool {
+	h, ok := strings.CutPrefix(name, recordPrefix)
+	if !ok {
+		return false
+	}
+	h, ok = strings.CutSuffix(h, recordSuffix)
+	return ok && len(h) == 32 && strings.Trim(h, "0123456789abcdef") == ""
+}
+
+// mkdirDurable creates dir and any missing parents with mode 0700, fsyncing
+// the parent of every directory it creates.
+func mkdirDurable(dir string) error {
+	fi, err := os.Stat(dir)
+	if err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s: not a directory", dir)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirDurable(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return syncDir(parent)
+}
+
+// syncDir fsyncs a directory so that creations, renames and removals in it
+// are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	if serr != nil {
+		return fmt.Errorf("fsync %s: %w", dir, serr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("close %s: %w", dir, cerr)
+	}
+	return nil
+}

@@ -1,0 +1,440 @@
+package volume
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func newTestStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := NewStore(filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatalf("NewStore: %v", err)
+	}
+	return s
+}
+
+// testRecord is a valid record of volumeID as the driver writes it.
+func testRecord(volumeID string) Record {
+	return Record{
+		VolumeID:    volumeID,
+		Context:     nvmeWant(func(n *NVMeTCP) { n.CtrlLossTmo = intp(-1) }),
+		StagingPath: "/var/lib/kubelet/plugins/kubernetes.io/csi/csi.pathmend.io/abc/globalmount",
+		AccessType:  AccessMount,
+		FSType:      "ext4",
+		MountFlags:  []string{"noatime"},
+		Device:      "/dev/nvme0n1",
+		StagedAt:    time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC),
+	}
+}
+
+func TestNewStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	s, err := NewStore(dir + "/")
+	if err != nil {
+		t.Fatalf("NewStore: %v", err)
+	}
+	if s.Dir() != dir {
+		t.Errorf("Dir() = %q, want %q", s.Dir(), dir)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "volumes")} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v, want a 0700 directory", d, fi.Mode())
+		}
+	}
+	// A second store over the same directory is fine and changes nothing.
+	if _, err := NewStore(dir); err != nil {
+		t.Errorf("NewStore on an existing directory: %v", err)
+	}
+}
+
+func TestNewStore_Rejects(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"", "relative/state", file} {
+		if _, err := NewStore(dir); err == nil {
+			t.Errorf("NewStore(%q) succeeded, want an error", dir)
+		}
+	}
+}
+
+func TestStore_RoundTrip(t *testing.T) {
+	s := newTestStore(t)
+	in := testRecord("pvc-1")
+	in.ReadOnly = true
+	in.Publications = []Publication{{TargetPath: "/var/lib/kubelet/pods/p1/volumes/x/mount"}, {TargetPath: "/t2", ReadOnly: true}}
+	if err := s.Put(in); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	got, err := s.Get("pvc-1")
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	want := in
+	want.Version = RecordVersion // set by Put
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Get (-want +got):\n%s", diff)
+	}
+	if !got.Context.Equal(in.Context) {
+		t.Error("Context.Equal = false after a round trip through disk")
+	}
+
+	path := filepath.Join(s.Dir(), "volumes", recordName("pvc-1"))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("record file: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("record mode %v, want 0600", fi.Mode().Perm())
+	}
+	if !isRecordName(filepath.Base(path)) {
+		t.Errorf("record name %s does not match the record pattern", filepath.Base(path))
+	}
+}
+
+func TestStore_PutReplaces(t *testing.T) {
+	s := newTestStore(t)
+	r := testRecord("pvc-1")
+	if err := s.Put(r); err != nil {
+		t.Fatal(err)
+	}
+	r.Publications = []Publication{{TargetPath: "/target"}}
+	if err := s.Put(r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get("pvc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(r.Publications, got.Publications); diff != "" {
+		t.Errorf("Publications (-want +got):\n%s", diff)
+	}
+	entries, err := os.ReadDir(filepath.Join(s.Dir(), "volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("records directory holds %d entries after two Puts, want 1 (no leftover temp files)", len(entries))
+	}
+}
+
+func TestStore_PutRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		mod    func(r *Record)
+		reason string
+	}{
+		{"empty volume ID", func(r *Record) { r.VolumeID = "" }, "empty volume ID"},
+		{"volume ID not UTF-8", func(r *Record) { r.VolumeID = "vol-\xff" }, "not valid UTF-8"},
+		{"unknown access type", func(r *Record) { r.AccessType = "raw" }, `unknown access type "raw"`},
+		{"missing access type", func(r *Record) { r.AccessType = "" }, "unknown access type"},
+		{"block with fsType", func(r *Record) { r.AccessType = AccessBlock; r.MountFlags = nil }, "apply only to access type"},
+		{"block with mount flags", func(r *Record) { r.AccessType = AccessBlock; r.FSType = "" }, "apply only to access type"},
+		{"publication without target", func(r *Record) { r.Publications = []Publication{{}} }, "has no target path"},
+		{"publication twice", func(r *Record) {
+			r.Publications = []Publication{{TargetPath: "/t"}, {TargetPath: "/t", ReadOnly: true}}
+		}, "published twice"},
+		{"zero context", func(r *Record) { r.Context = Context{} }, `context: volume context key "transport"`},
+		{"context with the wrong sub-struct", func(r *Record) { r.Context.Transport = TransportISCSI }, "context:"},
+		{"context Parse would reject", func(r *Record) { r.Context.NVMe.NSID = 0 }, `volume context key "nsid"`},
+		{"context not normalized", func(r *Record) { r.Context.NVMe.Endpoints[0].Host = "Target.Example" }, "not in the normalized form"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestStore(t)
+			r := testRecord("pvc-1")
+			tc.mod(&r)
+			err := s.Put(r)
+			if err == nil || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("Put error = %v, want one containing %q", err, tc.reason)
+			}
+			recs, lerr := s.List()
+			if lerr != nil || len(recs) != 0 {
+				t.Errorf("after a rejected Put, List = %d records, %v; want none", len(recs), lerr)
+			}
+		})
+	}
+}
+
+func TestStore_GetMissing(t *testing.T) {
+	s := newTestStore(t)
+	_, err := s.Get("pvc-missing")
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get error = %v, want ErrNotFound", err)
+	}
+	if !strings.Contains(err.Error(), "pvc-missing") {
+		t.Errorf("error %q does not name the volume", err)
+	}
+}
+
+func TestStore_DeleteIsIdempotent(t *testing.T) {
+	s := newTestStore(t)
+	if err := s.Put(testRecord("pvc-1")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := s.Delete("pvc-1"); err != nil {
+			t.Fatalf("Delete #%d: %v", i+1, err)
+		}
+	}
+	if _, err := s.Get("pvc-1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	if err := s.Delete("never-staged"); err != nil {
+		t.Errorf("Delete of an unknown volume: %v", err)
+	}
+}
+
+// TestStore_CrashLeftovers builds the directory a crash can leave behind:
+// the temp file of an interrupted Put next to the intact old record, a
+// truncated record (a file system without ordered data after power loss),
+// an empty one and an empty JSON object. Good records stay readable and each bad one is
+// reported by name, never as "not found".
+func TestStore_CrashLeftovers(t *testing.T) {
+	s := newTestStore(t)
+	dir := filepath.Join(s.Dir(), "volumes")
+	for _, id := range []string{"pvc-b", "pvc-a", "pvc-truncated", "pvc-empty", "pvc-object"} {
+		if err := s.Put(testRecord(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full, err := os.ReadFile(filepath.Join(dir, recordName("pvc-truncated")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An interrupted Put of pvc-a: half of its new version in a temp file.
+	tmp := filepath.Join(dir, tmpPrefix+recordName("pvc-a")+"-123456")
+	mustWrite(t, tmp, full[:len(full)/2])
+	mustWrite(t, filepath.Join(dir, recordName("pvc-truncated")), full[:len(full)/2])
+	mustWrite(t, filepath.Join(dir, recordName("pvc-empty")), nil)
+	mustWrite(t, filepath.Join(dir, recordName("pvc-object")), []byte("{}"))
+	// Foreign files are ignored, too.
+	mustWrite(t, filepath.Join(dir, "README"), []byte("not a record"))
+
+	recs, err := s.List()
+	if got := ids(recs); !slices.Equal(got, []string{"pvc-a", "pvc-b"}) {
+		t.Errorf("List records = %v, want [pvc-a pvc-b]", got)
+	}
+	if err == nil {
+		t.Fatal("List error = nil, want the corrupt records reported")
+	}
+	for _, id := range []string{"pvc-truncated", "pvc-empty", "pvc-object"} {
+		if !strings.Contains(err.Error(), recordName(id)) {
+			t.Errorf("List error does not name the corrupt record of %s: %v", id, err)
+		}
+	}
+	if strings.Contains(err.Error(), filepath.Base(tmp)) {
+		t.Errorf("List reports the temp file: %v", err)
+	}
+
+	for _, id := range []string{"pvc-truncated", "pvc-empty", "pvc-object"} {
+		_, err := s.Get(id)
+		if err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), recordName(id)) {
+			t.Errorf("Get(%s) error = %v, want a corruption error naming the file", id, err)
+		}
+	}
+	if r, err := s.Get("pvc-a"); err != nil || r.VolumeID != "pvc-a" {
+		t.Errorf("Get(pvc-a) = %v, %v; the interrupted Put must leave the old record", r.VolumeID, err)
+	}
+
+	// A new Put of a corrupt record repairs it.
+	if err := s.Put(testRecord("pvc-truncated")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("pvc-truncated"); err != nil {
+		t.Errorf("Get after rewriting a corrupt record: %v", err)
+	}
+}
+
+func TestStore_ForeignAndFutureRecords(t *testing.T) {
+	s := newTestStore(t)
+	dir := filepath.Join(s.Dir(), "volumes")
+	if err := s.Put(testRecord("pvc-1")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, recordName("pvc-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pvc-1's record copied under pvc-2's name.
+	mustWrite(t, filepath.Join(dir, recordName("pvc-2")), data)
+	// A record of a later format version.
+	var r map[string]any
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	r["version"], r["volumeID"] = 2, "pvc-3"
+	future, _ := json.Marshal(r)
+	mustWrite(t, filepath.Join(dir, recordName("pvc-3")), future)
+
+	if _, err := s.Get("pvc-2"); err == nil || !strings.Contains(err.Error(), `holds volume "pvc-1", not "pvc-2"`) {
+		t.Errorf("Get(pvc-2) error = %v, want an ID mismatch", err)
+	}
+	if _, err := s.Get("pvc-3"); err == nil || !strings.Contains(err.Error(), "unsupported version 2") {
+		t.Errorf("Get(pvc-3) error = %v, want an unsupported version", err)
+	}
+	recs, err := s.List()
+	if got := ids(recs); !slices.Equal(got, []string{"pvc-1"}) {
+		t.Errorf("List records = %v, want [pvc-1]", got)
+	}
+	if err == nil || !strings.Contains(err.Error(), "whose record is") || !strings.Contains(err.Error(), "unsupported version") {
+		t.Errorf("List error = %v, want the copied and the future record reported", err)
+	}
+}
+
+// TestStore_WeirdVolumeIDs stores IDs that are unsafe as file names; each
+// must stay inside the records directory and come back unchanged.
+func TestStore_WeirdVolumeIDs(t *testing.T) {
+	s := newTestStore(t)
+	weird := []string{
+		"a/b",
+		"..",
+		"../../etc/passwd",
+		"/absolute",
+		"ボリューム-1",
+		"with space and \"quotes\"",
+		"nul\x00inside",
+		strings.Repeat("x", 128),
+		strings.Repeat("é", 64), // 128 bytes of UTF-8
+	}
+	for _, id := range weird {
+		if err := s.Put(testRecord(id)); err != nil {
+			t.Fatalf("Put(%q): %v", id, err)
+		}
+		got, err := s.Get(id)
+		if err != nil {
+			t.Fatalf("Get(%q): %v", id, err)
+		}
+		if got.VolumeID != id {
+			t.Errorf("Get(%q).VolumeID = %q", id, got.VolumeID)
+		}
+	}
+	recs, err := s.List()
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(recs) != len(weird) {
+		t.Errorf("List returned %d records, want %d", len(recs), len(weird))
+	}
+	// Nothing was written outside the records directory.
+	err = filepath.WalkDir(s.Dir(), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && filepath.Dir(p) != filepath.Join(s.Dir(), "volumes") {
+			t.Errorf("file outside the records directory: %s", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range weird {
+		if err := s.Delete(id); err != nil {
+			t.Errorf("Delete(%q): %v", id, err)
+		}
+	}
+}
+
+func TestStore_ListSorted(t *testing.T) {
+	s := newTestStore(t)
+	for _, id := range []string{"pvc-c", "pvc-a", "pvc-b"} {
+		if err := s.Put(testRecord(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(recs); !slices.Equal(got, []string{"pvc-a", "pvc-b", "pvc-c"}) {
+		t.Errorf("List = %v, want sorted [pvc-a pvc-b pvc-c]", got)
+	}
+}
+
+// TestStore_ConcurrentPut is meant for -race: Puts of different volumes
+// share only the directory.
+func TestStore_ConcurrentPut(t *testing.T) {
+	s := newTestStore(t)
+	const n = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("pvc-%02d", i)
+			if err := s.Put(testRecord(id)); err != nil {
+				errs <- err
+				return
+			}
+			if _, err := s.Get(id); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	recs, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != n {
+		t.Errorf("List returned %d records, want %d", len(recs), n)
+	}
+}
+
+func TestStore_Writable(t *testing.T) {
+	s := newTestStore(t)
+	if err := s.Writable(); err != nil {
+		t.Fatalf("Writable: %v", err)
+	}
+	entries, err := os.ReadDir(filepath.Join(s.Dir(), "volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Errorf("Writable left %d files behind", len(entries))
+	}
+	// Root ignores permission bits, so break the store by removing its
+	// directory instead of chmod.
+	if err := os.RemoveAll(filepath.Join(s.Dir(), "volumes")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Writable(); err == nil {
+		t.Error("Writable succeeded without a records directory")
+	}
+}
+
+func mustWrite(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ids(recs []Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.VolumeID
+	}
+	return out
+}
