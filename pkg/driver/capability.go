@@ -89,3 +89,29 @@ func checkPath(field, p string) (string, error) {
 	}
 	return filepath.Clean(p), nil
 }
+
+// volumeAndPath validates the volume_id of a request and one required path
+// field, returning the cleaned path.
+func volumeAndPath(volumeID, field, path string) (string, error) {
+	if volumeID == "" {
+		return "", invalidArgument("volume_id is required")
+	}
+	return checkPath(field, path)
+}
+
+// volumePathOf validates the volume_id and volume_path of a stats or expand
+// request. A relative path can never be where a volume is, so it is
+// NotFound, as the spec asks for a volume that is not at the given path.
+func volumePathOf(volumeID, path string) (string, error) {
+	if volumeID == "" {
+		return "", invalidArgument("volume_id is required")
+	}
+	if path == "" {
+		return "", invalidArgument("volume_path is required")
+	}
+	clean, err := checkPath("volume_path", path)
+	if err != nil {
+		return "", notFound("volume %s is not at %q", volumeID, path)
+	}
+	return clean, nil
+}

@@ -19,10 +19,7 @@ import (
 // block access. Publishing again the same way is OK.
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if volumeID == "" {
-		return nil, invalidArgument("volume_id is required")
-	}
-	target, err := checkPath("target_path", req.GetTargetPath())
+	target, err := volumeAndPath(volumeID, "target_path", req.GetTargetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -133,10 +130,7 @@ func (d *Driver) bindTarget(rec volume.Record, target string, readOnly bool, fla
 // is already gone is OK.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if volumeID == "" {
-		return nil, invalidArgument("volume_id is required")
-	}
-	target, err := checkPath("target_path", req.GetTargetPath())
+	target, err := volumeAndPath(volumeID, "target_path", req.GetTargetPath())
 	if err != nil {
 		return nil, err
 	}

@@ -23,10 +23,7 @@ const maxUnmountLayers = 8
 // volume on disk. Every argument is validated before the host is touched.
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if volumeID == "" {
-		return nil, invalidArgument("volume_id is required")
-	}
-	staging, err := checkPath("staging_target_path", req.GetStagingTargetPath())
+	staging, err := volumeAndPath(volumeID, "staging_target_path", req.GetStagingTargetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -212,10 +209,7 @@ func stageConflict(rec, want volume.Record) string {
 // removes its record. A volume that is not staged is not an error.
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if volumeID == "" {
-		return nil, invalidArgument("volume_id is required")
-	}
-	staging, err := checkPath("staging_target_path", req.GetStagingTargetPath())
+	staging, err := volumeAndPath(volumeID, "staging_target_path", req.GetStagingTargetPath())
 	if err != nil {
 		return nil, err
 	}

@@ -74,17 +74,9 @@ func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileIn
 // from this response.
 func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	volumeID := req.GetVolumeId()
-	if volumeID == "" {
-		return nil, invalidArgument("volume_id is required")
-	}
-	if req.GetVolumePath() == "" {
-		return nil, invalidArgument("volume_path is required")
-	}
-	path, err := checkPath("volume_path", req.GetVolumePath())
+	path, err := volumePathOf(volumeID, req.GetVolumePath())
 	if err != nil {
-		// A relative path can never be where a volume is: NotFound, as
-		// the spec asks for a volume that is not at the given path.
-		return nil, notFound("volume %s is not at %q", volumeID, req.GetVolumePath())
+		return nil, err
 	}
 	rec, _, err := d.lookupVolumeAt(volumeID, path)
 	if err != nil {
@@ -142,15 +134,9 @@ func blockDeviceSize(path string) (int64, error) {
 // grows the filesystem online to the new device size.
 func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if volumeID == "" {
-		return nil, invalidArgument("volume_id is required")
-	}
-	if req.GetVolumePath() == "" {
-		return nil, invalidArgument("volume_path is required")
-	}
-	path, err := checkPath("volume_path", req.GetVolumePath())
+	path, err := volumePathOf(volumeID, req.GetVolumePath())
 	if err != nil {
-		return nil, notFound("volume %s is not at %q", volumeID, req.GetVolumePath())
+		return nil, err
 	}
 	if req.GetVolumeCapability() != nil {
 		if _, err := parseCapability(req.GetVolumeCapability(), d.cfg.DefaultFSType); err != nil {
