@@ -225,7 +225,7 @@ func LoadFixture(name string) (*Fixture, error) {
 }
 
 func parseEntry(line string) (Entry, error) {
-	toks, err := splitTokens(line)
+	toks, quoted, err := splitTokens(line)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -254,6 +254,9 @@ func parseEntry(line string) (Entry, error) {
 			return Entry{}, fmt.Errorf("%s %s: bad mode %q", e.Kind, e.Path, toks[2])
 		}
 		e.Mode = fs.FileMode(m)
+		if e.Kind == KindFile && !quoted[3] {
+			return Entry{}, fmt.Errorf("file %s: value must be quoted", e.Path)
+		}
 		if len(toks) == 4 {
 			e.Value = toks[3]
 		}
@@ -268,19 +271,19 @@ func parseEntry(line string) (Entry, error) {
 
 // splitTokens splits a line on single spaces into bare or Go-quoted
 // tokens. Encode never writes two spaces in a row, so Parse rejects them.
-func splitTokens(line string) ([]string, error) {
-	var toks []string
+func splitTokens(line string) (toks []string, quoted []bool, err error) {
 	for len(line) > 0 {
 		if line[0] == '"' {
 			q, err := strconv.QuotedPrefix(line)
 			if err != nil {
-				return nil, fmt.Errorf("bad quoted field at %q", line)
+				return nil, nil, fmt.Errorf("bad quoted field at %q", line)
 			}
 			s, err := strconv.Unquote(q)
 			if err != nil {
-				return nil, fmt.Errorf("bad quoted field %s", q)
+				return nil, nil, fmt.Errorf("bad quoted field %s", q)
 			}
 			toks = append(toks, s)
+			quoted = append(quoted, true)
 			line = line[len(q):]
 		} else {
 			i := strings.IndexByte(line, ' ')
@@ -289,20 +292,21 @@ func splitTokens(line string) ([]string, error) {
 			}
 			tok := line[:i]
 			if strings.ContainsAny(tok, "\"\\\t\r") {
-				return nil, fmt.Errorf("bad bare field %q", tok)
+				return nil, nil, fmt.Errorf("bad bare field %q", tok)
 			}
 			toks = append(toks, tok)
+			quoted = append(quoted, false)
 			line = line[i:]
 		}
 		if len(line) == 0 {
 			break
 		}
 		if line[0] != ' ' || len(line) == 1 || line[1] == ' ' {
-			return nil, fmt.Errorf("fields must be separated by one space: %q", line)
+			return nil, nil, fmt.Errorf("fields must be separated by one space: %q", line)
 		}
 		line = line[1:]
 	}
-	return toks, nil
+	return toks, quoted, nil
 }
 
 // Validate checks the invariants Parse promises: clean relative paths,

@@ -36,6 +36,8 @@
 #   iscsi_login IQN PORTAL / iscsi_logout_all
 #   iscsi_session_of IQN PORTAL -> prints sessionN
 #   iscsi_wait_state SESSION STATE [SECONDS]
+# NQN alias (a second target sharing an NQN, see hack/lab/nqnproxy):
+#   nqnproxy_start LISTEN CONNECT HOST_NQN TARGET_NQN / nqnproxy_stop_all
 # Faults:
 #   fault_drop_port TRSVCID [ADDR] / fault_restore_port TRSVCID [ADDR]
 #   fault_clear
@@ -229,7 +231,18 @@ lio_backstore_iblock() {
 	d=$LIO/core/iblock_0/$name
 	mkdir -p "$d" || return
 	echo "udev_path=$dev" >"$d/control" || return
-	echo 1 >"$d/enable"
+	echo 1 >"$d/enable" || return
+	# LIO generates no unit serial by itself (targetcli does); without one
+	# the LUN has no VPD 0x83 identifier and multipath no WWID. Derive it
+	# from the name so recaptures are stable.
+	lab_uuid_of "$name" >"$d/wwn/vpd_unit_serial"
+}
+
+# lab_uuid_of TEXT prints a UUID-shaped string derived from TEXT.
+lab_uuid_of() {
+	local h
+	h=$(printf '%s' "$1" | md5sum | cut -c1-32)
+	echo "${h:0:8}-${h:8:4}-4${h:13:3}-8${h:17:3}-${h:20:12}"
 }
 
 # lio_target_create IQN TPGT: a target with one TPG in demo mode (any
@@ -354,6 +367,29 @@ multipathd_stop() {
 	return 0
 }
 
+# ---------------------------------------------------------------- NQN alias
+
+# nqnproxy_start LISTEN CONNECT HOST_NQN TARGET_NQN runs nqnproxy in the
+# background: the subsystem TARGET_NQN, reached through LISTEN, answers as
+# HOST_NQN (a second target sharing HOST_NQN). nqnproxy_stop_all ends them.
+nqnproxy_start() {
+	local log
+	mkdir -p /run/lab
+	log=/run/lab/nqnproxy-${1//[:.]/_}.log
+	"${LAB_BIN:-/lab/bin}/nqnproxy" -listen "$1" -connect "$2" -host-nqn "$3" -target-nqn "$4" \
+		</dev/null >"$log" 2>&1 &
+	echo $! >>/run/lab/nqnproxy.pids
+	lab_wait 10 "nqnproxy on $1" grep -q 'nqnproxy:' "$log"
+}
+
+nqnproxy_stop_all() {
+	local pid
+	[ -f /run/lab/nqnproxy.pids ] || return 0
+	while read -r pid; do kill "$pid" 2>/dev/null; done </run/lab/nqnproxy.pids
+	rm -f /run/lab/nqnproxy.pids
+	return 0
+}
+
 # ---------------------------------------------------------------- faults
 
 # fault_drop_port TRSVCID [ADDR] silently drops every packet to a target
@@ -380,6 +416,7 @@ lab_teardown_all() {
 	multipathd_stop
 	iscsi_logout_all
 	nvme_host_delete_all
+	nqnproxy_stop_all
 	lio_teardown_all
 	nvmet_teardown_all
 	lab_loop_destroy_all

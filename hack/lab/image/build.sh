@@ -81,7 +81,7 @@ trap cleanup EXIT
 
 # 1. The kernel package, unpacked beside the root fs.
 lab_step "Fetching $KPKG=$KPKGVER"
-(cd "$WORK" && timeout 600 apt-get download -qq "$KPKG=$KPKGVER" >&2) || lab_die "apt-get download $KPKG failed"
+(cd "$WORK" && timeout 600 apt-get download -qq -o APT::Sandbox::User=root "$KPKG=$KPKGVER" >&2) || lab_die "apt-get download $KPKG failed"
 timeout 300 dpkg -x "$WORK"/"${KPKG}"_*.deb "$WORK/kernel"
 # The package ships no modules.dep (its postinst runs depmod).
 depmod -b "$WORK/kernel" "$KVER"

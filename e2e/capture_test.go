@@ -1,0 +1,119 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pathmend/pathmend/pkg/sysfs"
+)
+
+func TestCapture_LiveTreeRoundTripsThroughTheFixtureFormat(t *testing.T) {
+	l := needLab(t)
+	l.teardownAll(t)
+	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-capture"
+	nvmeTwoPortTarget(t, l, nqn)
+	fsys := sysfs.New("/sys")
+	c1 := fabricsConnect(t, nqn, "127.0.0.1", "4420")
+	c2 := fabricsConnect(t, nqn, "127.0.0.1", "4421")
+	for _, c := range []string{c1, c2} {
+		eventually(t, 20*time.Second, c+" live", attrIs(fsys, "class/nvme/"+c+"/state", "live"))
+	}
+	sub := subsystemOf(t, fsys, c1)
+	head := "nvme" + strings.TrimPrefix(sub, "nvme-subsys") + "n1"
+	eventually(t, 20*time.Second, "head "+head, func() bool {
+		_, err := fsys.Stat("block/" + head)
+		return err == nil
+	})
+
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.sysfs")
+	run(t, l.bin("capture-sysfs"), "-o", live, "-comment", "scenario: e2e round trip")
+	f, err := sysfs.LoadFixture(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// What pathmend reads is there, write-only attributes included.
+	ctrlDir := "devices/virtual/nvme-fabrics/ctl/" + c1
+	want := map[string]sysfs.EntryKind{
+		"class/nvme/" + c1:                      sysfs.KindLink,
+		ctrlDir:                                 sysfs.KindDir,
+		ctrlDir + "/state":                      sysfs.KindFile,
+		ctrlDir + "/delete_controller":          sysfs.KindWriteOnly,
+		"block/" + head:                         sysfs.KindLink,
+		"module/nvme_core/parameters/multipath": sysfs.KindFile,
+	}
+	for p, k := range want {
+		e, ok := f.Lookup(p)
+		if !ok || e.Kind != k {
+			t.Errorf("capture: %s = %+v (present %t), want a %s entry", p, e, ok, k)
+		}
+	}
+	// The host identity is sanitized everywhere.
+	hostnqn, _ := os.ReadFile("/etc/nvme/hostnqn")
+	raw, _ := os.ReadFile(live)
+	if bytes.Contains(raw, bytes.TrimSpace(hostnqn)) {
+		t.Errorf("capture still holds the host NQN %s", bytes.TrimSpace(hostnqn))
+	}
+
+	// Materialize it and capture the materialized tree again: every entry
+	// comes back the same, directory ages grown only by the time between.
+	tree := filepath.Join(dir, "tree")
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := f.Materialize(tree, t0); err != nil {
+		t.Fatal(err)
+	}
+	again := filepath.Join(dir, "again.sysfs")
+	run(t, l.bin("capture-sysfs"), "-root", tree, "-no-sanitize", "-o", again)
+	g, err := sysfs.LoadFixture(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slack := time.Since(t0) + time.Second
+	if len(g.Entries) != len(f.Entries) {
+		t.Errorf("recapture has %d entries, capture %d", len(g.Entries), len(f.Entries))
+	}
+	for _, e := range f.Entries {
+		r, ok := g.Lookup(e.Path)
+		if !ok {
+			t.Errorf("recapture lost %s %s", e.Kind, e.Path)
+			continue
+		}
+		if e.Kind == sysfs.KindDir {
+			if r.Kind != e.Kind || r.Age < e.Age-time.Millisecond || r.Age > e.Age+slack {
+				t.Errorf("dir %s: recaptured %+v, captured age %s", e.Path, r, e.Age)
+			}
+			continue
+		}
+		if r != e {
+			t.Errorf("recapture of %s = %+v, want %+v", e.Path, r, e)
+		}
+	}
+
+	// The summary of the fixture shows the topology.
+	out := run(t, l.bin("capture-sysfs"), "-summary", "-fixture", live)
+	for _, w := range []string{nqn, c1, c2, "optimized", "non-optimized", "live"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("summary lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}

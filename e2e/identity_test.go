@@ -1,0 +1,111 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// startPathmend runs `pathmend serve` on a fresh socket and state dir
+// against the guest's real /sys and /dev, stops it in t.Cleanup and
+// returns a client connection.
+func startPathmend(t *testing.T, l lab, nodeID string) *grpc.ClientConn {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "csi.sock")
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "pathmend.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(l.bin("pathmend"), "serve",
+		"--endpoint", "unix://"+sock, "--node-id", nodeID,
+		"--sys-root", "/sys", "--dev-root", "/dev", "--state-dir", state,
+		"--heal=observe", "-v=4")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("pathmend did not stop within 15s of SIGINT")
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("pathmend log:\n%s", b)
+		}
+	})
+	eventually(t, 30*time.Second, "pathmend's socket", func() bool {
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("pathmend exited early: %v\n%s", err, b)
+		default:
+		}
+		fi, err := os.Stat(sock)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
+	})
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func TestIdentity_PathmendServesPluginInfoProbeAndNodeInfo(t *testing.T) {
+	l := needLab(t)
+	conn := startPathmend(t, l, "lab-node-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	id := csi.NewIdentityClient(conn)
+	info, err := id.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		t.Fatalf("GetPluginInfo: %v", err)
+	}
+	if info.GetName() == "" || !strings.Contains(info.GetName(), ".") {
+		t.Errorf("GetPluginInfo name = %q, want a DNS-style driver name", info.GetName())
+	}
+	if info.GetVendorVersion() == "" {
+		t.Error("GetPluginInfo vendor_version is empty")
+	}
+
+	probe, err := id.Probe(ctx, &csi.ProbeRequest{})
+	if err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	if r := probe.GetReady(); r != nil && !r.GetValue() {
+		t.Errorf("Probe ready = false with a readable /sys and a writable state dir")
+	}
+
+	ni, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil {
+		t.Fatalf("NodeGetInfo: %v", err)
+	}
+	if ni.GetNodeId() != "lab-node-1" {
+		t.Errorf("NodeGetInfo node_id = %q, want %q", ni.GetNodeId(), "lab-node-1")
+	}
+	t.Logf("plugin %s %s, node %s", info.GetName(), info.GetVendorVersion(), ni.GetNodeId())
+}

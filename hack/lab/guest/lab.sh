@@ -1,0 +1,66 @@
+#!/bin/bash
+# pathmend lab: the walk-through `make lab` runs in the guest. It builds an
+# NVMe-oF/TCP target (two namespaces, two ports with ANA optimized and
+# non-optimized) and an iSCSI target (two portals, dm-multipath), connects
+# the host side, shows the node's topology as read from sysfs, starts
+# pathmend and talks CSI to it over its socket, then breaks one path of
+# each transport and shows what the kernel publishes.
+set -euo pipefail
+LAB=${LAB:-/lab}
+export LAB_BIN=$LAB/bin
+# shellcheck source=targets.sh
+. "$LAB/guest/targets.sh"
+# shellcheck source=fixtures.sh
+. "$LAB/guest/fixtures.sh"
+
+step() { printf '\n==> [guest %6ss] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*"; }
+trap 'lab_teardown_all; [ -n "${PM:-}" ] && kill "$PM" 2>/dev/null; true' EXIT
+
+step "Building NVMe-oF/TCP targets: $NQN_PREFIX:lab with 2 namespaces on 127.0.0.1:4420 (optimized) and :4421 (non-optimized)"
+nvme_two_port_target "$NQN_PREFIX:lab" 2
+step "Connecting the host through /dev/nvme-fabrics (both ports)"
+ctrls=$(nvme_connect_both "$NQN_PREFIX:lab")
+lab_wait 20 "two legs per namespace" legs_ready "$(subsys_of_ctrl "${ctrls%% *}")" 2
+echo "controllers: $ctrls"
+
+step "Building a LIO iSCSI target: $IQN_PREFIX:lab with 1 LUN on portals 127.0.0.1:3260 and 127.0.0.2:3260"
+iscsi_target "$IQN_PREFIX:lab" 1
+step "Starting iscsid and multipathd, logging in through both portals"
+multipathd_start
+iscsi_login_both "$IQN_PREFIX:lab"
+lab_wait 30 "the multipath map" dm_maps_ready 1
+
+step "The node's storage topology, as read from sysfs"
+"$LAB_BIN/capture-sysfs" -summary
+
+step "Starting pathmend serve (heal=observe) on unix:///run/pathmend/csi.sock"
+mkdir -p /run/pathmend/state
+"$LAB_BIN/pathmend" serve --endpoint unix:///run/pathmend/csi.sock --node-id pathmend-lab \
+	--sys-root /sys --dev-root /dev --state-dir /run/pathmend/state --heal=observe -v=4 \
+	>"$LAB/out/pathmend.log" 2>&1 &
+PM=$!
+step "Talking CSI to pathmend over its socket"
+"$LAB_BIN/csiprobe" -endpoint unix:///run/pathmend/csi.sock -wait 30s
+
+step "Breaking one path of each transport: unlinking NVMe port 2, dropping packets to 127.0.0.2:3260"
+nvmet_port_unlink 2 "$NQN_PREFIX:lab"
+fault_drop_port 3260 127.0.0.2
+c2=${ctrls##* }
+nvme_wait_state "$c2" connecting 30
+s=$(iscsi_session_of "$IQN_PREFIX:lab" 127.0.0.2:3260)
+iscsi_wait_state "$s" FAILED 90 || true
+"$LAB_BIN/capture-sysfs" -summary
+
+step "Restoring both paths"
+nvmet_port_link 2 "$NQN_PREFIX:lab"
+fault_restore_port 3260 127.0.0.2
+nvme_wait_state "$c2" live 30
+iscsi_wait_state "$s" LOGGED_IN 90
+"$LAB_BIN/capture-sysfs" -summary
+
+step "Stopping pathmend; its log (last 15 lines):"
+kill -TERM "$PM"
+wait "$PM" || true
+PM=
+tail -n 15 "$LAB/out/pathmend.log"
+step "Tearing the targets down"

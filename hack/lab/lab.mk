@@ -1,0 +1,24 @@
+# pathmend lab targets: a real 6.1 kernel in qemu (TCG) with nvmet, LIO,
+# the NVMe-oF/TCP and iSCSI initiators and dm-multipath. Included by the
+# top-level Makefile; see hack/lab/README.md. Needs root (debootstrap).
+
+LAB_RUN  := hack/lab/run.sh
+E2E_RUN  ?= .
+FIXTURES ?=
+
+.PHONY: lab e2e fixtures lab-image lab-shell
+
+lab: ## boot the lab guest, build real NVMe/iSCSI targets, show the topology and talk CSI to pathmend
+	$(LAB_RUN) lab
+
+e2e: ## run the e2e suite in the lab guest (one test: make e2e E2E_RUN=TestName)
+	$(LAB_RUN) e2e '$(E2E_RUN)'
+
+fixtures: ## recapture every sysfs fixture in testdata/fixtures from the lab (some: FIXTURES="nvme-healthy ...")
+	$(LAB_RUN) fixtures $(FIXTURES)
+
+lab-image: ## build (or reuse the cached) lab guest image and print its details
+	$(LAB_RUN) image
+
+lab-shell: ## interactive shell in the lab guest with the target helpers loaded
+	$(LAB_RUN) shell
