@@ -7,6 +7,26 @@
 // (tearing down a controller, logging out a session) lives with the
 // transport.
 //
-// Today the package holds the heal mode parsed from --heal; the policy
-// arrives with the NVMe attach and repair work.
+// A Policy is built once per process and shared by attach-time repair, the
+// monitor and the iSCSI heal. For each Defect it decides, in this order:
+//
+//  1. off mode: nothing is diagnosed or decided;
+//  2. a scope above the configured cap is refused;
+//  3. the co-tenant gate: a teardown that would leave another namespace
+//     with no accessible path is refused — except NoNamespace, whose
+//     subsystem exports nothing to strand;
+//  4. cooldown, keyed by Defect.Key: a key repaired within the cooldown is
+//     deferred (a failed repair starts the cooldown too);
+//  5. connect grace: a teardown including a controller younger than the
+//     grace is deferred, and repaired once the window passes if the defect
+//     persists; an unknown age does not count as young;
+//  6. observe mode logs what it would tear down and touches nothing;
+//     repair mode runs the teardown through the Repairer (the mechanism).
+//
+// Defects are handled narrowest scope first, and one whose paths an
+// earlier repair of the same pass already removed is skipped. Every
+// verdict is logged once at level 0 with stable keys (verdict, defect,
+// scope, key, controllers, coTenants, volumes, reason, mode); a deferral or
+// refusal repeating unchanged tick after tick is not logged again. Memory
+// is bounded: cooldowns are pruned once they expire.
 package heal

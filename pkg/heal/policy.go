@@ -1,0 +1,300 @@
+package heal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Defaults of the policy flags.
+const (
+	// DefaultGrace is how young a controller may be before a teardown that
+	// includes it is deferred: a controller connected a moment ago may not
+	// have attached its namespace yet (measured: 97 ms), and is then
+	// indistinguishable from one that never will.
+	DefaultGrace = 5 * time.Second
+	// DefaultCooldown is how long a repaired key is left alone, so a
+	// repair that did not help is not repeated every tick.
+	DefaultCooldown = 60 * time.Second
+	// relogInterval is how often an unchanged deferral or refusal of the
+	// same key is logged again.
+	relogInterval = 10 * time.Minute
+)
+
+// Verdict is the outcome of deciding on one defect.
+type Verdict string
+
+const (
+	// Repaired: the teardown ran and succeeded.
+	Repaired Verdict = "repaired"
+	// Observed: the policy would repair, but the mode is observe.
+	Observed Verdict = "observed"
+	// Deferred: not now (grace, cooldown); decided again later.
+	Deferred Verdict = "deferred"
+	// Refused: repairing would cost more than it saves (co-tenants, scope
+	// cap); decided again later, in case the situation changes.
+	Refused Verdict = "refused"
+	// Failed: the teardown ran and returned an error.
+	Failed Verdict = "failed"
+)
+
+// Repairer is the mechanism: it executes a defect's teardown plan exactly
+// as given and returns the paths it removed (the monitor reconnects their
+// endpoints in the same tick).
+type Repairer interface {
+	Repair(ctx context.Context, d Defect) (removed []Path, err error)
+}
+
+// Config configures a Policy.
+type Config struct {
+	// Mode is repair, observe or off.
+	Mode Mode
+	// Grace defers a teardown that includes a controller younger than
+	// this. Zero means DefaultGrace.
+	Grace time.Duration
+	// Cooldown leaves a key alone after a repair. Zero means
+	// DefaultCooldown.
+	Cooldown time.Duration
+	// MaxScope caps what a repair may tear down. Zero means
+	// ScopeSubsystem (no cap beyond the widest scope).
+	MaxScope Scope
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Outcome is the decision (and, for a repair, the result) on one defect.
+type Outcome struct {
+	Defect  Defect
+	Verdict Verdict
+	// Reason says why, e.g. "grace: nvme4 is 97ms old, 4.9s left".
+	Reason string
+	// Removed are the paths a repair tore down.
+	Removed []Path
+	// Err is the repair error of a Failed outcome.
+	Err error
+}
+
+// Policy decides whether a defect may be repaired now. One Policy is built
+// per process and shared by NodeStage's attach-time repair, the monitor and
+// the iSCSI session heal, so cooldowns hold across all of them. It is safe
+// for concurrent use.
+type Policy struct {
+	cfg Config
+
+	mu       sync.Mutex
+	repaired map[string]time.Time // cooldown key → last repair attempt
+	logged   map[string]logMark   // cooldown key → last logged verdict
+}
+
+type logMark struct {
+	what string
+	at   time.Time
+}
+
+// NewPolicy validates cfg and returns a Policy.
+func NewPolicy(cfg Config) (*Policy, error) {
+	if _, err := ParseMode(string(cfg.Mode)); err != nil {
+		return nil, err
+	}
+	if cfg.Grace < 0 || cfg.Cooldown < 0 {
+		return nil, errors.New("grace and cooldown must not be negative")
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = DefaultGrace
+	}
+	if cfg.Cooldown == 0 {
+		cfg.Cooldown = DefaultCooldown
+	}
+	if cfg.MaxScope == 0 {
+		cfg.MaxScope = ScopeSubsystem
+	}
+	if cfg.MaxScope < ScopeController || cfg.MaxScope > ScopeSubsystem {
+		return nil, fmt.Errorf("invalid scope cap %v", cfg.MaxScope)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Policy{cfg: cfg, repaired: map[string]time.Time{}, logged: map[string]logMark{}}, nil
+}
+
+// Mode returns the policy's mode.
+func (p *Policy) Mode() Mode { return p.cfg.Mode }
+
+// Heal decides on every defect, narrowest scope first, and in repair mode
+// runs the allowed teardowns through r. In off mode it returns nil and
+// touches nothing. A defect whose teardown overlaps paths an earlier repair
+// of this call already removed is skipped: it was about the same objects.
+func (p *Policy) Heal(ctx context.Context, defects []Defect, r Repairer) []Outcome {
+	if p.cfg.Mode == ModeOff || len(defects) == 0 {
+		return nil
+	}
+	ordered := append([]Defect(nil), defects...)
+	sort.SliceStable(ordered, func(i, j int) bool { return ordered[i].Scope < ordered[j].Scope })
+
+	p.mu.Lock()
+	p.prune()
+	p.mu.Unlock()
+
+	removed := map[string]bool{}
+	var out []Outcome
+	for _, d := range ordered {
+		if overlaps(d, removed) {
+			continue
+		}
+		o := p.decide(d)
+		if o.Verdict == Repaired { // allowed; act or observe
+			if p.cfg.Mode == ModeObserve {
+				o.Verdict, o.Reason = Observed, "observe mode: would tear down "+pathNames(d.Teardown)
+			} else {
+				o = p.run(ctx, d, r)
+				for _, rp := range o.Removed {
+					removed[rp.Name] = true
+				}
+			}
+		}
+		p.log(o)
+		out = append(out, o)
+	}
+	return out
+}
+
+// decide applies the rules in order: scope cap, co-tenant gate, cooldown,
+// grace. An allowed defect comes back with Verdict Repaired (not yet run).
+func (p *Policy) decide(d Defect) Outcome {
+	now := p.cfg.Now()
+	if d.Scope > p.cfg.MaxScope {
+		return Outcome{Defect: d, Verdict: Refused, Reason: fmt.Sprintf("scope %s exceeds the cap %s", d.Scope, p.cfg.MaxScope)}
+	}
+	// NoNamespace is exempt: the subsystem exports nothing, so there is no
+	// co-tenant device to destroy, and gating it would leave the volume
+	// stuck forever.
+	if len(d.CoTenants) > 0 && d.Kind != NoNamespace {
+		return Outcome{Defect: d, Verdict: Refused, Reason: "would leave co-tenants with no accessible path: " + coTenantNames(d.CoTenants)}
+	}
+	p.mu.Lock()
+	last, ok := p.repaired[d.Key]
+	p.mu.Unlock()
+	if ok {
+		if left := p.cfg.Cooldown - now.Sub(last); left > 0 {
+			return Outcome{Defect: d, Verdict: Deferred, Reason: fmt.Sprintf("cooldown: repaired %s ago, %s left", round(now.Sub(last)), round(left))}
+		}
+	}
+	for _, path := range d.Teardown {
+		if path.CreatedAt.IsZero() {
+			continue // unknown age: not young as far as anyone can tell
+		}
+		if age := now.Sub(path.CreatedAt); age < p.cfg.Grace {
+			return Outcome{Defect: d, Verdict: Deferred, Reason: fmt.Sprintf("grace: %s is %s old, %s left", path.Name, round(age), round(p.cfg.Grace-age))}
+		}
+	}
+	return Outcome{Defect: d, Verdict: Repaired}
+}
+
+// run executes an allowed repair and starts its cooldown, success or not:
+// a failing repair must not be retried every tick either.
+func (p *Policy) run(ctx context.Context, d Defect, r Repairer) Outcome {
+	removed, err := r.Repair(ctx, d)
+	p.mu.Lock()
+	p.repaired[d.Key] = p.cfg.Now()
+	p.mu.Unlock()
+	if err != nil {
+		return Outcome{Defect: d, Verdict: Failed, Reason: "teardown failed", Removed: removed, Err: err}
+	}
+	return Outcome{Defect: d, Verdict: Repaired, Reason: "tore down " + pathNames(removed), Removed: removed}
+}
+
+// prune drops cooldowns and log marks that can no longer matter, so memory
+// stays bounded by the defects of the last cooldown window. p.mu is held.
+func (p *Policy) prune() {
+	now := p.cfg.Now()
+	for k, t := range p.repaired {
+		if now.Sub(t) >= p.cfg.Cooldown {
+			delete(p.repaired, k)
+		}
+	}
+	for k, m := range p.logged {
+		if now.Sub(m.at) >= relogInterval {
+			delete(p.logged, k)
+		}
+	}
+}
+
+// log writes one level-0 line per verdict. A deferral or refusal that
+// repeats unchanged tick after tick is logged once (again after
+// relogInterval); repairs, failures and observations are always logged.
+func (p *Policy) log(o Outcome) {
+	d := o.Defect
+	if o.Verdict == Deferred || o.Verdict == Refused {
+		what := string(o.Verdict) + ":" + reasonClass(o.Reason)
+		p.mu.Lock()
+		m, seen := p.logged[d.Key]
+		if seen && m.what == what {
+			p.mu.Unlock()
+			return
+		}
+		p.logged[d.Key] = logMark{what: what, at: p.cfg.Now()}
+		p.mu.Unlock()
+	}
+	kv := []any{
+		"verdict", o.Verdict, "defect", d.Kind, "scope", d.Scope, "key", d.Key,
+		"controllers", pathNames(d.Teardown), "coTenants", coTenantNames(d.CoTenants),
+		"volumes", strings.Join(d.Volumes, ","), "reason", o.Reason, "mode", p.cfg.Mode,
+	}
+	if o.Err != nil {
+		klog.ErrorS(o.Err, "Heal verdict", kv...)
+		return
+	}
+	klog.InfoS("Heal verdict", kv...)
+}
+
+// reasonClass is the reason up to its first colon: "grace", "cooldown",
+// "would leave co-tenants …" — stable across ticks while numbers change.
+func reasonClass(r string) string {
+	if i := strings.IndexByte(r, ':'); i >= 0 {
+		return r[:i]
+	}
+	return r
+}
+
+func overlaps(d Defect, removed map[string]bool) bool {
+	for _, p := range d.Teardown {
+		if removed[p.Name] {
+			return true
+		}
+	}
+	return false
+}
+
+func pathNames(ps []Path) string {
+	names := make([]string, 0, len(ps))
+	for _, p := range ps {
+		if p.Endpoint != "" {
+			names = append(names, p.Name+" ("+p.Endpoint+")")
+		} else {
+			names = append(names, p.Name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+func coTenantNames(cs []CoTenant) string {
+	names := make([]string, 0, len(cs))
+	for _, c := range cs {
+		names = append(names, c.Namespace+" ("+c.Device+")")
+	}
+	return strings.Join(names, ", ")
+}
+
+// round keeps durations readable in reasons: ms below a second, 0.1 s above.
+func round(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
+}

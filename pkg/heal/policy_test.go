@@ -1,0 +1,324 @@
+package heal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/klog/v2"
+)
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Step(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// recorder is a Repairer that records what it was asked to tear down.
+type recorder struct {
+	calls []string
+	err   error
+}
+
+func (r *recorder) Repair(_ context.Context, d Defect) ([]Path, error) {
+	r.calls = append(r.calls, d.Key)
+	if r.err != nil {
+		return nil, r.err
+	}
+	return d.Teardown, nil
+}
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func newPolicy(t *testing.T, mode Mode, clk *fakeClock) *Policy {
+	t.Helper()
+	p, err := NewPolicy(Config{Mode: mode, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// notContributing is a ControllerNotContributing defect on endpoint port,
+// its controller created at created.
+func notContributing(port string, created time.Time) Defect {
+	ep := "tcp 127.0.0.1:" + port
+	return Defect{
+		Kind: ControllerNotContributing, Scope: ScopeController, Key: ep,
+		Subject:  "nvme-subsys0",
+		Teardown: []Path{{Name: "nvme" + port[len(port)-1:], Endpoint: ep, State: "live", CreatedAt: created}},
+	}
+}
+
+func verdicts(os []Outcome) []Verdict {
+	var v []Verdict
+	for _, o := range os {
+		v = append(v, o.Verdict)
+	}
+	return v
+}
+
+func TestHeal_DefersAControllerConnected97msAgoThenRepairsOnceGraceHasPassed(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	r := &recorder{}
+	d := notContributing("4421", t0.Add(-97*time.Millisecond))
+
+	out := p.Heal(context.Background(), []Defect{d}, r)
+	if diff := cmp.Diff([]Verdict{Deferred}, verdicts(out)); diff != "" {
+		t.Fatalf("first tick (-want +got):\n%s", diff)
+	}
+	if !strings.HasPrefix(out[0].Reason, "grace: nvme1 is 97ms old") {
+		t.Errorf("reason = %q", out[0].Reason)
+	}
+	if len(r.calls) != 0 {
+		t.Fatalf("young controller torn down: %v", r.calls)
+	}
+	clk.Step(3 * time.Second)
+	if out := p.Heal(context.Background(), []Defect{d}, r); out[0].Verdict != Deferred {
+		t.Fatalf("still inside grace: %v", verdicts(out))
+	}
+	clk.Step(2 * time.Second) // 5.097 s old: past the 5 s grace, defect persists
+	out = p.Heal(context.Background(), []Defect{d}, r)
+	if diff := cmp.Diff([]Verdict{Repaired}, verdicts(out)); diff != "" {
+		t.Fatalf("after grace (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"tcp 127.0.0.1:4421"}, r.calls); diff != "" {
+		t.Errorf("repairs (-want +got):\n%s", diff)
+	}
+	if len(out[0].Removed) != 1 || out[0].Removed[0].Name != "nvme1" {
+		t.Errorf("removed = %v", out[0].Removed)
+	}
+}
+
+func TestHeal_CooldownKeys(t *testing.T) {
+	old := t0.Add(-time.Hour)
+	t.Run("three broken controller paths are three repairs", func(t *testing.T) {
+		clk := &fakeClock{now: t0}
+		p := newPolicy(t, ModeRepair, clk)
+		r := &recorder{}
+		out := p.Heal(context.Background(), []Defect{notContributing("4421", old), notContributing("4422", old), notContributing("4423", old)}, r)
+		if diff := cmp.Diff([]Verdict{Repaired, Repaired, Repaired}, verdicts(out)); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	t.Run("two stale AmbiguousHead instances of one NQN are two repairs", func(t *testing.T) {
+		clk := &fakeClock{now: t0}
+		p := newPolicy(t, ModeRepair, clk)
+		r := &recorder{}
+		head := func(inst, ctrl string) Defect {
+			return Defect{Kind: AmbiguousHead, Scope: ScopeSubsystem, Key: inst, Subject: "nqn.2014-08.io.example:a",
+				Teardown: []Path{{Name: ctrl, State: "live", CreatedAt: old}}}
+		}
+		out := p.Heal(context.Background(), []Defect{head("nvme-subsys3", "nvme5"), head("nvme-subsys4", "nvme6")}, r)
+		if diff := cmp.Diff([]Verdict{Repaired, Repaired}, verdicts(out)); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	t.Run("the same key inside the cooldown is deferred, after it repaired again", func(t *testing.T) {
+		clk := &fakeClock{now: t0}
+		p := newPolicy(t, ModeRepair, clk)
+		r := &recorder{}
+		d := notContributing("4421", old)
+		p.Heal(context.Background(), []Defect{d}, r)
+		clk.Step(10 * time.Second)
+		// The re-created controller has a new name but the same endpoint.
+		d2 := d
+		d2.Teardown = []Path{{Name: "nvme9", Endpoint: d.Key, State: "live", CreatedAt: old}}
+		out := p.Heal(context.Background(), []Defect{d2}, r)
+		if out[0].Verdict != Deferred || !strings.HasPrefix(out[0].Reason, "cooldown:") {
+			t.Fatalf("inside cooldown: %+v", out[0])
+		}
+		clk.Step(DefaultCooldown)
+		if out := p.Heal(context.Background(), []Defect{d2}, r); out[0].Verdict != Repaired {
+			t.Fatalf("after cooldown: %+v", out[0])
+		}
+		if len(r.calls) != 2 {
+			t.Errorf("repairs = %v, want 2", r.calls)
+		}
+	})
+}
+
+func TestHeal_RefusesToStrandACoTenant(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	r := &recorder{}
+	d := Defect{Kind: NamespaceMissing, Scope: ScopeSubsystem, Key: "nqn.2014-08.io.example:shared",
+		Teardown:  []Path{{Name: "nvme0", State: "live"}, {Name: "nvme1", State: "live"}},
+		CoTenants: []CoTenant{{Namespace: "nvme-subsys0 nsid 2", Device: "nvme0n2"}}}
+	out := p.Heal(context.Background(), []Defect{d}, r)
+	if out[0].Verdict != Refused || !strings.Contains(out[0].Reason, "nvme0n2") {
+		t.Fatalf("outcome = %+v", out[0])
+	}
+	if len(r.calls) != 0 {
+		t.Errorf("teardown ran: %v", r.calls)
+	}
+}
+
+func TestHeal_NoNamespaceIsNotGatedOnCoTenants(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	r := &recorder{}
+	d := Defect{Kind: NoNamespace, Scope: ScopeSubsystem, Key: "nqn.2014-08.io.example:empty",
+		Teardown:  []Path{{Name: "nvme0", State: "live"}},
+		CoTenants: []CoTenant{{Namespace: "listed by a shareable subsystem", Device: "none"}}}
+	if out := p.Heal(context.Background(), []Defect{d}, r); out[0].Verdict != Repaired {
+		t.Fatalf("outcome = %+v", out[0])
+	}
+}
+
+func TestHeal_ObserveTearsNothingDown(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeObserve, clk)
+	r := &recorder{}
+	d := notContributing("4421", t0.Add(-time.Hour))
+	for range 3 {
+		out := p.Heal(context.Background(), []Defect{d}, r)
+		if out[0].Verdict != Observed || !strings.Contains(out[0].Reason, "would tear down nvme1") {
+			t.Fatalf("outcome = %+v", out[0])
+		}
+		clk.Step(time.Second)
+	}
+	if len(r.calls) != 0 {
+		t.Errorf("observe mode ran a teardown: %v", r.calls)
+	}
+	// Observe reaches the same refusals as repair would.
+	d.CoTenants = []CoTenant{{Namespace: "ns2", Device: "nvme0n2"}}
+	d.Kind = NamespaceMissing
+	if out := p.Heal(context.Background(), []Defect{d}, r); out[0].Verdict != Refused {
+		t.Errorf("observe refusal = %+v", out[0])
+	}
+}
+
+func TestHeal_OffDecidesNothing(t *testing.T) {
+	p := newPolicy(t, ModeOff, &fakeClock{now: t0})
+	r := &recorder{}
+	if out := p.Heal(context.Background(), []Defect{notContributing("4421", time.Time{})}, r); out != nil || len(r.calls) != 0 {
+		t.Errorf("off mode: %v, %v", out, r.calls)
+	}
+}
+
+func TestHeal_ScopeCapAndNarrowestFirst(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p, err := NewPolicy(Config{Mode: ModeRepair, MaxScope: ScopeController, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	old := t0.Add(-time.Hour)
+	wide := Defect{Kind: NoNamespace, Scope: ScopeSubsystem, Key: "nqn-a", Teardown: []Path{{Name: "nvme7", CreatedAt: old}}}
+	narrow := notContributing("4421", old)
+	out := p.Heal(context.Background(), []Defect{wide, narrow}, r)
+	if diff := cmp.Diff([]Verdict{Repaired, Refused}, verdicts(out)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if out[0].Defect.Key != narrow.Key || !strings.Contains(out[1].Reason, "exceeds the cap") {
+		t.Errorf("outcomes = %+v", out)
+	}
+}
+
+func TestHeal_SkipsADefectAboutPathsAlreadyRemoved(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	r := &recorder{}
+	old := t0.Add(-time.Hour)
+	a := notContributing("4421", old)
+	b := Defect{Kind: StaleEndpoint, Scope: ScopeController, Key: "other-key", Teardown: a.Teardown}
+	out := p.Heal(context.Background(), []Defect{a, b}, r)
+	if len(out) != 1 || len(r.calls) != 1 {
+		t.Errorf("outcomes = %+v, repairs = %v; want one repair", out, r.calls)
+	}
+}
+
+func TestHeal_FailedRepairStartsTheCooldownToo(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	r := &recorder{err: errors.New("write delete_controller: no such device")}
+	d := notContributing("4421", t0.Add(-time.Hour))
+	if out := p.Heal(context.Background(), []Defect{d}, r); out[0].Verdict != Failed || out[0].Err == nil {
+		t.Fatalf("outcome = %+v", out[0])
+	}
+	clk.Step(time.Second)
+	if out := p.Heal(context.Background(), []Defect{d}, r); out[0].Verdict != Deferred {
+		t.Fatalf("retry inside cooldown: %+v", out[0])
+	}
+}
+
+func TestHeal_CooldownMemoryIsBounded(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	r := &recorder{}
+	for i := range 200 {
+		d := notContributing("4421", time.Time{})
+		d.Key = "endpoint-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		p.Heal(context.Background(), []Defect{d}, r)
+	}
+	clk.Step(relogInterval + time.Second)
+	p.Heal(context.Background(), []Defect{notContributing("4499", time.Time{})}, r)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.repaired) != 1 {
+		t.Errorf("cooldown entries after the window = %d, want 1", len(p.repaired))
+	}
+	if len(p.logged) > 1 {
+		t.Errorf("log marks after the window = %d", len(p.logged))
+	}
+}
+
+func TestHeal_LogsEachVerdictOnce(t *testing.T) {
+	var buf bytes.Buffer
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	fs.Parse([]string{"-logtostderr=false", "-alsologtostderr=false"})
+	klog.SetOutput(&buf)
+	t.Cleanup(func() { klog.SetOutput(nil); fs.Set("logtostderr", "true") })
+
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	r := &recorder{}
+	d := notContributing("4421", t0.Add(-100*time.Millisecond))
+	for range 4 { // four ticks inside the grace: one deferral line
+		p.Heal(context.Background(), []Defect{d}, r)
+		clk.Step(time.Second)
+	}
+	clk.Step(time.Second)                        // 5.1 s old: past the grace
+	p.Heal(context.Background(), []Defect{d}, r) // repaired
+	klog.Flush()
+	logs := buf.String()
+	if n := strings.Count(logs, `verdict="deferred"`); n != 1 {
+		t.Errorf("deferral logged %d times, want once:\n%s", n, logs)
+	}
+	if n := strings.Count(logs, `verdict="repaired"`); n != 1 {
+		t.Errorf("repair logged %d times, want once:\n%s", n, logs)
+	}
+	for _, key := range []string{`defect="ControllerNotContributing"`, `scope="controller"`, `key="tcp 127.0.0.1:4421"`, `controllers="nvme1 (tcp 127.0.0.1:4421)"`, `reason=`} {
+		if !strings.Contains(logs, key) {
+			t.Errorf("verdict line lacks %s:\n%s", key, logs)
+		}
+	}
+}
+
+func TestNewPolicy_Validates(t *testing.T) {
+	for _, cfg := range []Config{
+		{Mode: "sometimes"},
+		{Mode: ModeRepair, Grace: -time.Second},
+		{Mode: ModeRepair, MaxScope: 7},
+	} {
+		if _, err := NewPolicy(cfg); err == nil {
+			t.Errorf("NewPolicy(%+v) accepted", cfg)
+		}
+	}
+}
