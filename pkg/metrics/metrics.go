@@ -1,0 +1,176 @@
+// Package metrics holds pathmend's Prometheus collectors and the HTTP
+// listener that serves them with /healthz.
+//
+// Every metric is documented in docs/metrics.md. Label cardinality is
+// bounded: per-volume series are deleted when a volume is unstaged
+// (ForgetVolume), repair reasons are reduced to their class ("grace",
+// "cooldown", …) and kinds, scopes and verdicts are closed sets.
+package metrics
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+)
+
+const namespace = "pathmend"
+
+// Metrics is the set of pathmend collectors on their own registry. It is
+// safe for concurrent use; a nil *Metrics records nothing, so callers in
+// tests need no registry.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	volumePaths       *prometheus.GaugeVec
+	defects           *prometheus.GaugeVec
+	repairs           *prometheus.CounterVec
+	sessionRecoveries *prometheus.CounterVec
+	tickDuration      prometheus.Histogram
+	processes         prometheus.Counter
+
+	lastTick atomic.Int64 // unix nanoseconds of the end of the last tick
+}
+
+// New builds the collectors and registers them, with the Go runtime and
+// process collectors, on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		volumePaths: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "volume_paths",
+			Help: "Paths of a staged volume by state: expected (the volume context lists them), live (connected with a usable leg), optimized (ANA optimized).",
+		}, []string{"volume_id", "transport", "state"}),
+		defects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "defects",
+			Help: "Defects found by the last diagnosis, by transport and kind.",
+		}, []string{"transport", "kind"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "repairs_total",
+			Help: "Heal verdicts by transport, defect kind, scope, verdict (repaired, observed, deferred, refused, failed) and reason class.",
+		}, []string{"transport", "kind", "scope", "verdict", "reason"}),
+		sessionRecoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "iscsi_session_recoveries_total",
+			Help: "iSCSI session kicks by method (logout_login, iscsid_restart) and result (logged_in, failed).",
+		}, []string{"method", "result"}),
+		tickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "monitor_tick_duration_seconds",
+			Help:    "Duration of one monitor tick: read sysfs, heal, reconcile every staged volume.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		processes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "monitor_processes_started_total",
+			Help: "Processes the monitor started. Stays 0 on a healthy node: diagnosis reads sysfs only.",
+		}),
+	}
+	m.reg.MustRegister(m.volumePaths, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry the collectors live on.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// SetVolumePaths records the path counts of one staged volume.
+func (m *Metrics) SetVolumePaths(volumeID, transport string, expected, live, optimized int) {
+	if m == nil {
+		return
+	}
+	m.volumePaths.WithLabelValues(volumeID, transport, "expected").Set(float64(expected))
+	m.volumePaths.WithLabelValues(volumeID, transport, "live").Set(float64(live))
+	m.volumePaths.WithLabelValues(volumeID, transport, "optimized").Set(float64(optimized))
+}
+
+// ForgetVolume deletes every series of an unstaged volume.
+func (m *Metrics) ForgetVolume(volumeID string) {
+	if m == nil {
+		return
+	}
+	m.volumePaths.DeletePartialMatch(prometheus.Labels{"volume_id": volumeID})
+}
+
+// SetDefects replaces the current defect counts of one transport: kinds
+// absent from counts drop to no series.
+func (m *Metrics) SetDefects(transport string, counts map[heal.Kind]int) {
+	if m == nil {
+		return
+	}
+	m.defects.DeletePartialMatch(prometheus.Labels{"transport": transport})
+	for k, n := range counts {
+		m.defects.WithLabelValues(transport, string(k)).Set(float64(n))
+	}
+}
+
+// ObserveOutcomes counts heal verdicts.
+func (m *Metrics) ObserveOutcomes(transport string, outs []heal.Outcome) {
+	if m == nil {
+		return
+	}
+	for _, o := range outs {
+		m.repairs.WithLabelValues(transport, string(o.Defect.Kind), o.Defect.Scope.String(), string(o.Verdict), ReasonClass(o)).Inc()
+	}
+}
+
+// ObserveSessionRecovery counts one iSCSI session kick.
+func (m *Metrics) ObserveSessionRecovery(method, result string) {
+	if m == nil {
+		return
+	}
+	m.sessionRecoveries.WithLabelValues(method, result).Inc()
+}
+
+// ObserveTick records a finished monitor tick.
+func (m *Metrics) ObserveTick(d time.Duration, end time.Time) {
+	if m == nil {
+		return
+	}
+	m.tickDuration.Observe(d.Seconds())
+	m.lastTick.Store(end.UnixNano())
+}
+
+// LastTick is when the last monitor tick ended; zero before the first.
+func (m *Metrics) LastTick() time.Time {
+	if m == nil || m.lastTick.Load() == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, m.lastTick.Load())
+}
+
+// ProcessStarted counts one process the monitor started.
+func (m *Metrics) ProcessStarted() {
+	if m == nil {
+		return
+	}
+	m.processes.Inc()
+}
+
+// ReasonClass reduces a verdict's reason to a bounded label value: the
+// text before the first colon ("grace", "cooldown", "observe mode"), or
+// "" for repairs and failures whose reasons name controllers.
+func ReasonClass(o heal.Outcome) string {
+	switch o.Verdict {
+	case heal.Repaired, heal.Failed:
+		return ""
+	case heal.Observed:
+		return "observe mode"
+	}
+	r := o.Reason
+	if i := strings.IndexByte(r, ':'); i >= 0 {
+		r = r[:i]
+	}
+	if len(r) > 40 {
+		r = r[:40]
+	}
+	return r
+}
