@@ -282,11 +282,14 @@ func (c *capturer) node(rel string, depth int) error {
 
 // attr reads one attribute. An attribute without read permission is
 // write-only (delete_controller); a mode-0000 file is an unreadable
-// attribute of a materialized fixture, whose content is the error name.
+// attribute of a materialized fixture, whose content is the error name
+// (recorded with mode 0444: the attributes whose reads fail are
+// read-only ones, like a down connection's address).
 func (c *capturer) attr(rel string, perm fs.FileMode) sysfs.Entry {
 	e := sysfs.Entry{Path: rel, Mode: perm}
 	if perm == 0 {
 		b, err := readBounded(c.full(rel))
+		e.Mode = 0o444
 		e.Kind, e.Value = sysfs.KindUnreadable, strings.TrimSpace(string(b))
 		if err != nil || e.Value == "" {
 			e.Value = errName(err)

@@ -163,7 +163,7 @@ nvmet_teardown_all() {
 		[ -d "$p" ] || continue
 		for s in "$p"/subsystems/*; do [ -L "$s" ] && rm "$s"; done
 		for g in "$p"/ana_groups/*; do
-			[ "$(basename "$g")" = 1 ] || rmdir "$g" 2>/dev/null
+			[ "$(basename "$g")" = 1 ] || rmdir "$g" 2>/dev/null || true
 		done
 		rmdir "$p"
 	done
@@ -208,7 +208,7 @@ nvme_host_delete() { echo 1 >"/sys/class/nvme/$1/delete_controller"; }
 nvme_host_delete_all() {
 	local c
 	for c in /sys/class/nvme/nvme*; do
-		[ -e "$c/delete_controller" ] && echo 1 >"$c/delete_controller" 2>/dev/null
+		[ -e "$c/delete_controller" ] && echo 1 >"$c/delete_controller" 2>/dev/null || true
 	done
 	lab_wait 20 "all NVMe controllers gone" nvme_none_left
 }
@@ -235,7 +235,7 @@ lio_backstore_iblock() {
 	# LIO generates no unit serial by itself (targetcli does); without one
 	# the LUN has no VPD 0x83 identifier and multipath no WWID. Derive it
 	# from the name so recaptures are stable.
-	lab_uuid_of "$name" >"$d/wwn/vpd_unit_serial"
+	printf '%s' "$(lab_uuid_of "$name")" >"$d/wwn/vpd_unit_serial"
 }
 
 # lab_uuid_of TEXT prints a UUID-shaped string derived from TEXT.
@@ -271,8 +271,9 @@ lio_lun_add() {
 # demo-mode sessions.
 lio_chap() {
 	local t=$LIO/iscsi/$1/tpgt_$2
-	echo "$3" >"$t/auth/userid" &&
-		echo "$4" >"$t/auth/password" &&
+	# No trailing newline: LIO stores these strings verbatim.
+	printf '%s' "$3" >"$t/auth/userid" &&
+		printf '%s' "$4" >"$t/auth/password" &&
 		echo 1 >"$t/attrib/authentication"
 }
 
@@ -286,7 +287,7 @@ lio_teardown_all() {
 		[ -d "$t" ] || continue
 		for g in "$t"/tpgt_*; do
 			[ -d "$g" ] || continue
-			echo 0 >"$g/enable" 2>/dev/null
+			echo 0 >"$g/enable" 2>/dev/null || true
 			for l in "$g"/lun/lun_*; do
 				[ -d "$l" ] || continue
 				for x in "$l"/*; do [ -L "$x" ] && rm "$x"; done
@@ -318,9 +319,9 @@ iscsi_node_set() { iscsiadm -m node -T "$1" -p "$2" -o update -n "$3" -v "$4"; }
 iscsi_login() { timeout 60 iscsiadm -m node -T "$1" -p "$2" --login; }
 
 iscsi_logout_all() {
-	timeout 60 iscsiadm -m node --logoutall=all >/dev/null 2>&1
-	iscsiadm -m node -o delete >/dev/null 2>&1
-	iscsiadm -m discoverydb -t sendtargets -o delete >/dev/null 2>&1
+	timeout 60 iscsiadm -m node --logoutall=all >/dev/null 2>&1 || true
+	iscsiadm -m node -o delete >/dev/null 2>&1 || true
+	iscsiadm -m discoverydb -t sendtargets -o delete >/dev/null 2>&1 || true
 	return 0
 }
 
@@ -361,9 +362,9 @@ multipathd_start() {
 
 multipathd_stop() {
 	pgrep -x multipathd >/dev/null || return 0
-	multipathd shutdown >/dev/null 2>&1
+	multipathd shutdown >/dev/null 2>&1 || true
 	lab_wait 10 "multipathd to stop" sh -c '! pgrep -x multipathd'
-	multipath -F >/dev/null 2>&1
+	multipath -F >/dev/null 2>&1 || true
 	return 0
 }
 
@@ -412,13 +413,13 @@ fault_clear() { iptables -F INPUT 2>/dev/null || true; }
 # lab_teardown_all undoes everything the helpers can create, host side
 # first, so the next scenario starts from an empty node.
 lab_teardown_all() {
-	fault_clear
-	multipathd_stop
-	iscsi_logout_all
-	nvme_host_delete_all
-	nqnproxy_stop_all
-	lio_teardown_all
-	nvmet_teardown_all
-	lab_loop_destroy_all
+	fault_clear || true
+	multipathd_stop || true
+	iscsi_logout_all || true
+	nvme_host_delete_all || true
+	nqnproxy_stop_all || true
+	lio_teardown_all || true
+	nvmet_teardown_all || true
+	lab_loop_destroy_all || true
 	return 0
 }

@@ -155,5 +155,11 @@ built=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 INFO
 rm -rf "$OUT"
 mv "$OUT.tmp" "$OUT"
+# One image per kernel release is enough: drop images of older inputs.
+if [ -z "${PATHMEND_LAB_KEEP_IMAGES:-}" ]; then
+	for old in "$LAB_CACHE/images/$KVER"-*; do
+		[ "$old" = "$OUT" ] || rm -rf "$old"
+	done
+fi
 lab_step "Guest image built in $((t1 - t0))s (debootstrap ${t_db}s): $(numfmt --to=iec "$size"), $nmods modules, kernel $KVER"
 echo "$OUT"
