@@ -113,11 +113,11 @@ func (e *Expectation) describe() string {
 // kernel fills it in when a volume leaves it to the kernel). known is
 // false when the answer cannot be decided without name resolution: an
 // endpoint host that is not an IP literal, or a controller traddr that is
-// not one.
+// not one, or an expectation without endpoints.
 func (e *Expectation) lists(a Address) (listed, known bool) {
 	ip := net.ParseIP(a.Traddr)
 	port, err := strconv.ParseUint(a.Trsvcid, 10, 16)
-	if ip == nil || err != nil {
+	if ip == nil || err != nil || len(e.Endpoints) == 0 {
 		return false, false
 	}
 	known = true
