@@ -17,10 +17,12 @@ import (
 
 // nvmeTwoPortTarget builds subsystem nqn with one namespace behind port 1
 // (127.0.0.1:4420, ANA optimized) and port 2 (127.0.0.1:4421,
-// non-optimized).
+// non-optimized), and loads the host side (nvme_tcp, which brings
+// /dev/nvme-fabrics).
 func nvmeTwoPortTarget(t *testing.T, l lab, nqn string) {
 	t.Helper()
 	l.sh(t, fmt.Sprintf(`
+modprobe nvme_tcp
 nqn=%q
 dev=$(lab_loop_create e2e-nvme 64)
 nvmet_subsys_create "$nqn"
