@@ -12,8 +12,11 @@
 // The tree holds what the kernel publishes for NVMe/TCP controllers
 // (class/nvme, class/nvme-subsystem, block and devices/virtual/…, with
 // the write-only controller attributes as empty mode-0200 files) and
-// module/nvme_core/parameters/multipath. It models neither block-layer
-// tuning (queue/, power/) nor character devices (ng0n1).
+// module/nvme_core/parameters/multipath, at the paths the kernel uses. It
+// writes the attributes pathmend reads or writes and leaves out the rest
+// (firmware_rev, hostid, dev, the device and subsystem links, block-layer
+// tuning, character devices ng0n1): creating files dominates the cost of
+// a test, and the real captures cover Read's tolerance of what it skips.
 //
 // The package imports only pkg/sysfs, so package nvme's own tests can use
 // it.

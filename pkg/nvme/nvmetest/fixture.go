@@ -76,13 +76,11 @@ func (b *builder) subsystem(s Subsystem, multipath bool) {
 	}
 	b.link("class/nvme-subsystem/"+name, "../../"+dir)
 	b.dir(dir, oldest)
-	b.file(dir+"/firmware_rev", 0o444, "6.1.0")
 	b.file(dir+"/iopolicy", 0o644, s.IOPolicy)
 	b.file(dir+"/model", 0o444, fmt.Sprintf("%-40s", s.Model))
 	b.file(dir+"/serial", 0o444, fmt.Sprintf("%-20s", s.Serial))
 	b.file(dir+"/subsysnqn", 0o444, s.NQN)
 	b.file(dir+"/subsystype", 0o444, s.Type)
-	b.link(dir+"/subsystem", "../../../../class/nvme-subsystem")
 	for _, c := range s.Controllers {
 		b.link(dir+"/nvme"+strconv.Itoa(c.Instance), "../../nvme-fabrics/ctl/nvme"+strconv.Itoa(c.Instance))
 	}
@@ -90,9 +88,7 @@ func (b *builder) subsystem(s Subsystem, multipath bool) {
 		for _, ns := range s.Namespaces {
 			head := "nvme" + strconv.Itoa(s.Instance) + "n" + strconv.Itoa(ns.Head)
 			b.link("block/"+head, "../"+dir+"/"+head)
-			b.disk(dir+"/"+head, s, ns, oldest, false)
-			b.link(dir+"/"+head+"/device", "../../"+name)
-			b.link(dir+"/"+head+"/subsystem", "../../../../../class/block")
+			b.disk(dir+"/"+head, s, ns, oldest)
 		}
 	}
 	for _, c := range s.Controllers {
@@ -109,24 +105,17 @@ func (b *builder) controller(s Subsystem, c Controller, multipath bool) {
 	b.dir(dir, c.Age)
 	b.file(dir+"/address", 0o444, c.address())
 	b.file(dir+"/cntlid", 0o444, strconv.Itoa(c.CntlID))
-	b.file(dir+"/cntrltype", 0o444, "io")
 	b.file(dir+"/ctrl_loss_tmo", 0o644, c.CtrlLossTmo)
-	b.file(dir+"/dctype", 0o444, "none")
 	b.wo(dir + "/delete_controller")
 	b.file(dir+"/fast_io_fail_tmo", 0o644, c.FastIOFailTmo)
-	b.file(dir+"/hostid", 0o444, "00000000-0000-4000-8000-000000000001")
 	b.file(dir+"/hostnqn", 0o444, "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001")
 	b.file(dir+"/kato", 0o444, strconv.Itoa(c.KATO))
-	b.file(dir+"/model", 0o444, fmt.Sprintf("%-40s", s.Model))
 	b.file(dir+"/reconnect_delay", 0o644, c.ReconnectDelay)
 	b.wo(dir + "/rescan_controller")
 	b.wo(dir + "/reset_controller")
-	b.file(dir+"/serial", 0o444, fmt.Sprintf("%-20s", s.Serial))
 	b.file(dir+"/state", 0o444, c.State)
 	b.file(dir+"/subsysnqn", 0o444, s.NQN)
 	b.file(dir+"/transport", 0o444, c.Transport)
-	b.link(dir+"/device", "../../ctl")
-	b.link(dir+"/subsystem", "../../../../../class/nvme")
 	heads := make([]int, 0, len(c.Legs))
 	for h := range c.Legs {
 		heads = append(heads, h)
@@ -144,21 +133,18 @@ func (b *builder) controller(s Subsystem, c Controller, multipath bool) {
 		} else {
 			b.link("block/"+disk, "../"+dir+"/"+disk)
 		}
-		b.disk(dir+"/"+disk, s, ns, c.Age, multipath)
+		b.disk(dir+"/"+disk, s, ns, c.Age)
 		if ana := c.Legs[h]; ana != NoANA {
 			b.file(dir+"/"+disk+"/ana_grpid", 0o444, strconv.Itoa(c.ANAGroup))
 			b.file(dir+"/"+disk+"/ana_state", 0o444, ana)
 		}
-		b.link(dir+"/"+disk+"/device", "../../"+name)
-		b.link(dir+"/"+disk+"/subsystem", "../../../../../../class/block")
 	}
 }
 
 // disk writes the block-device attributes of a head, leg or
 // per-controller disk (drivers/nvme/host/core.c, nvme_ns_id_attrs).
-func (b *builder) disk(dir string, s Subsystem, ns Namespace, age time.Duration, hidden bool) {
+func (b *builder) disk(dir string, s Subsystem, ns Namespace, age time.Duration) {
 	b.dir(dir, age)
-	b.file(dir+"/hidden", 0o444, map[bool]string{false: "0", true: "1"}[hidden])
 	b.file(dir+"/nsid", 0o444, strconv.FormatUint(uint64(ns.NSID), 10))
 	if ns.NGUID != "" {
 		b.file(dir+"/nguid", 0o444, ns.NGUID)
