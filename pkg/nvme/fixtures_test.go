@@ -164,4 +164,3 @@ func checkGolden(t *testing.T, path string, v any) {
 		t.Errorf("%s differs (-want +got):\n%s", path, cmp.Diff(strings.Split(string(want), "\n"), strings.Split(string(got), "\n")))
 	}
 }
-
