@@ -1,0 +1,257 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// lunPath is one session's disk of the volume's LUN.
+type lunPath struct {
+	session iscsi.Session
+	lun     iscsi.LUN
+}
+
+func (p lunPath) String() string {
+	return fmt.Sprintf("%s (%s) %s", p.session.ID, p.session.PortalString(), p.lun.Disk)
+}
+
+// findDevice waits for the LUN's disk on every logged-in session, verifies
+// that the disks are one LUN, and returns the multipath map over them or,
+// without one, a single disk.
+func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []iscsi.Node) (driver.Device, error) {
+	paths, err := a.waitDisks(ctx, v, loggedIn)
+	if err != nil {
+		return driver.Device{}, err
+	}
+	wwid, size, err := verifyPaths(v, paths)
+	if err != nil {
+		return driver.Device{}, err
+	}
+	m, found, err := a.waitMap(ctx, wwid, paths)
+	if err != nil {
+		return driver.Device{}, err
+	}
+	name := paths[0].lun.Disk
+	if found {
+		name, size = m.Device, m.SizeBytes
+	} else if len(paths) > 1 {
+		klog.FromContext(ctx).Info("No multipath map over the paths of the LUN; using one path", "iqn", v.IQN, "lun", v.LUN, "paths", describe(paths), "device", name)
+	}
+	if size <= 0 {
+		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d has size 0", name, v.IQN, v.LUN)
+	}
+	devt, err := a.cfg.Sys.ReadAttr("block/" + name + "/dev")
+	if err != nil {
+		return driver.Device{}, err
+	}
+	path := filepath.Join(a.cfg.DevRoot, name)
+	if err := a.checkNode(path, devt); err != nil {
+		return driver.Device{}, err
+	}
+	return driver.Device{Path: path, SizeBytes: size}, nil
+}
+
+// waitDisks polls sysfs until every logged-in session has the LUN's disk,
+// scanning exactly that LUN on a session that lacks it for scanAfter. At
+// the deadline it settles for the paths found, if any.
+func (a *Attacher) waitDisks(ctx context.Context, v *volume.ISCSI, loggedIn []iscsi.Node) ([]lunPath, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.DeviceTimeout)
+	defer cancel()
+	start := a.cfg.Now()
+	scanned := map[iscsi.SessionID]bool{}
+	for {
+		snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+		if err != nil {
+			return nil, err
+		}
+		paths, lacking := lunPaths(ctx, a.cfg.Resolver, snap, v, loggedIn)
+		if len(lacking) == 0 {
+			return paths, nil
+		}
+		if a.cfg.Now().Sub(start) >= scanAfter {
+			for _, s := range lacking {
+				a.scan(ctx, s, v.LUN, scanned)
+			}
+		}
+		if err := sleep(ctx, a.cfg.PollInterval); err != nil {
+			if len(paths) > 0 && ctx.Err() == context.DeadlineExceeded {
+				klog.FromContext(ctx).Info("LUN disk missing on some sessions; attaching with the paths found", "iqn", v.IQN, "lun", v.LUN, "paths", describe(paths), "missing", len(lacking))
+				return paths, nil
+			}
+			return nil, fmt.Errorf("LUN %d of %s: no disk on %d logged-in session(s) after %s: %w", v.LUN, v.IQN, len(lacking), a.cfg.DeviceTimeout, err)
+		}
+	}
+}
+
+// scan writes a scan of exactly this LUN once per session.
+func (a *Attacher) scan(ctx context.Context, s iscsi.Session, lun int, scanned map[iscsi.SessionID]bool) {
+	if scanned[s.ID] || s.TargetID < 0 || !s.State.LoggedIn() {
+		return
+	}
+	scanned[s.ID] = true
+	addr := iscsi.SCSIAddress{Host: s.Host, Channel: 0, Target: s.TargetID, LUN: lun}
+	if err := a.cfg.Initiator.Rescan(addr); err != nil {
+		klog.FromContext(ctx).V(2).Info("LUN scan failed", "session", s.ID.String(), "address", addr.String(), "err", err)
+	}
+}
+
+// lunPaths returns the disks of the volume's LUN on the sessions of the
+// logged-in nodes, and the sessions (a zero Session for a node with none)
+// still lacking one.
+func lunPaths(ctx context.Context, r iscsi.Resolver, snap *iscsi.Snapshot, v *volume.ISCSI, nodes []iscsi.Node) (paths []lunPath, lacking []iscsi.Session) {
+	m := iscsi.NewPortalMatcher(ctx, r)
+	for _, n := range nodes {
+		found := false
+		for _, s := range snap.SessionsOf(v.IQN) {
+			if !m.Session(s, v.IQN, n.Portal) {
+				continue
+			}
+			found = true
+			if l, ok := s.LUN(v.LUN); ok && l.Disk != "" {
+				paths = append(paths, lunPath{session: s, lun: l})
+			} else {
+				lacking = append(lacking, s)
+			}
+		}
+		if !found {
+			lacking = append(lacking, iscsi.Session{TargetID: -1})
+		}
+	}
+	return paths, lacking
+}
+
+// verifyPaths checks that every path shows the same non-empty WWID and
+// the same size: they are one LUN, and the one asked for.
+func verifyPaths(v *volume.ISCSI, paths []lunPath) (wwid string, size int64, err error) {
+	for i, p := range paths {
+		if p.lun.WWID == "" {
+			return "", 0, fmt.Errorf("cannot verify %s: the kernel publishes neither wwid nor vpd_pg83", p)
+		}
+		if i == 0 {
+			wwid, size = p.lun.WWID, p.lun.SizeBytes
+			continue
+		}
+		if p.lun.WWID != wwid {
+			return "", 0, fmt.Errorf("paths of %s LUN %d disagree on identity: %s has %s, %s has %s", v.IQN, v.LUN, paths[0], wwid, p, p.lun.WWID)
+		}
+		if p.lun.SizeBytes != size {
+			return "", 0, fmt.Errorf("paths of %s LUN %d disagree on size: %s has %d bytes, %s has %d", v.IQN, v.LUN, paths[0], size, p, p.lun.SizeBytes)
+		}
+	}
+	return wwid, size, nil
+}
+
+// waitMap looks for the dm-multipath map over the paths. With several
+// paths it waits up to MultipathWait for multipathd to assemble one that
+// holds them all; a map holding a device that is not a path of this LUN
+// is an error.
+func (a *Attacher) waitMap(ctx context.Context, wwid string, paths []lunPath) (iscsi.MultipathMap, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.MultipathWait)
+	defer cancel()
+	for {
+		snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+		if err != nil {
+			return iscsi.MultipathMap{}, false, err
+		}
+		m, found, complete, err := mapOver(snap, wwid, paths)
+		if err != nil || complete || (!found && len(paths) == 1) {
+			return m, found, err
+		}
+		if sleep(ctx, a.cfg.PollInterval) != nil {
+			if ctx.Err() == context.DeadlineExceeded {
+				return m, found, nil // a partial map or none: use what is there
+			}
+			return iscsi.MultipathMap{}, false, ctx.Err()
+		}
+	}
+}
+
+// mapOver finds the one map holding any of the paths' disks and checks
+// that every device it holds is a path of the same LUN. complete is set
+// when it holds every path.
+func mapOver(snap *iscsi.Snapshot, wwid string, paths []lunPath) (m iscsi.MultipathMap, found, complete bool, err error) {
+	for _, p := range paths {
+		pm, ok := snap.MapOf(p.lun.Disk)
+		if !ok {
+			continue
+		}
+		if found && pm.Device != m.Device {
+			return iscsi.MultipathMap{}, false, false, fmt.Errorf("paths of one LUN are in two multipath maps, %s and %s", m.Device, pm.Device)
+		}
+		m, found = pm, true
+	}
+	if !found {
+		return m, false, false, nil
+	}
+	for _, sl := range m.Slaves {
+		_, l, ok := snap.PathOf(sl)
+		if !ok || l.WWID != wwid {
+			return iscsi.MultipathMap{}, false, false, fmt.Errorf("multipath map %s (%s) holds %s, which is not a path of LUN %s", m.Device, m.Name, sl, wwid)
+		}
+	}
+	return m, true, len(m.Slaves) >= len(paths), nil
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func describe(paths []lunPath) string {
+	s := make([]string, 0, len(paths))
+	for _, p := range paths {
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ", ")
+}
+
+// checkBlockNode verifies that path is a block device node whose device
+// number is devt ("8:0", the sysfs dev attribute).
+func checkBlockNode(path, devt string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("device node: %w", err)
+	}
+	if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+		return fmt.Errorf("%s is not a block device", path)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s: no device number", path)
+	}
+	major, minor := devMajorMinor(uint64(st.Rdev))
+	if got := strconv.FormatUint(major, 10) + ":" + strconv.FormatUint(minor, 10); got != devt {
+		return fmt.Errorf("%s is device %s, sysfs says %s", path, got, devt)
+	}
+	return nil
+}
+
+// devMajorMinor splits a Linux dev_t (glibc's gnu_dev_major/minor).
+func devMajorMinor(dev uint64) (major, minor uint64) {
+	major = (dev>>8)&0xfff | (dev>>32)&^uint64(0xfff)
+	minor = dev&0xff | (dev>>12)&^uint64(0xff)
+	return major, minor
+}
+
+// errNoDevice marks a volume whose LUN has no disk on this node.
+var errNoDevice = errors.New("no disk of the LUN on this node")

@@ -1,0 +1,303 @@
+package iscsi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// Defaults of HealerConfig.
+const (
+	// DefaultThreshold is how long a session must be down, with its portal
+	// reachable without interruption, before the heal kicks it: twice
+	// iscsid's login_timeout (15 s) plus 15 s. iscsid 2.1.8 retries a
+	// reopen every login_timeout and relogs in 2–6 s after a portal comes
+	// back, so a session still down after this is stuck, not recovering.
+	DefaultThreshold        = 45 * time.Second
+	DefaultReloginCooldown  = 2 * time.Minute
+	DefaultRestartCooldown  = 10 * time.Minute
+	DefaultVerifyWindow     = 2 * time.Minute
+	DefaultProbeConcurrency = 8
+)
+
+// Kick is what the heal does to a stuck session.
+type Kick string
+
+const (
+	// KickLogin logs in a node record of a staged volume that has no
+	// session at all (a login that failed, a session logged out).
+	KickLogin Kick = "login"
+	// KickRelogin logs out this one session by SID, then logs in its node
+	// record: its disks are deleted and re-created on a new session. Only
+	// when every LUN of the session has another live path or no staged
+	// volume uses it.
+	KickRelogin Kick = "logout-login"
+	// KickRestart restarts iscsid: every session on the node is bounced
+	// for about two seconds, devices kept. For a session that is the last
+	// path of a device in use; at most once per restart cooldown.
+	KickRestart Kick = "restart-iscsid"
+)
+
+// HealScope says which sessions the heal may kick. Every session is
+// observed and reported whatever the scope.
+type HealScope string
+
+const (
+	// HealStaged kicks only sessions to targets of staged volumes.
+	HealStaged HealScope = "staged"
+	// HealAll kicks any session on the node. LUNs of targets pathmend did
+	// not stage count as in use (it cannot see who mounts them), so their
+	// last paths get an iscsid restart, never a logout.
+	HealAll HealScope = "all"
+)
+
+// SessionAbsent is the State reported for a portal of a staged volume that
+// has no session at all. It is not a kernel state.
+const SessionAbsent SessionState = "absent"
+
+// Kicker is the mechanism the heal drives; *Initiator implements it.
+type Kicker interface {
+	// Login logs in node record n; a session already present is success.
+	Login(ctx context.Context, n Node) error
+	// Logout logs out session sid of node record n.
+	Logout(ctx context.Context, n Node, sid SessionID) error
+	// RestartDaemon restarts iscsid, refusing with ErrInFlight while a
+	// login or logout runs.
+	RestartDaemon(ctx context.Context) error
+}
+
+// HealerConfig configures a SessionHealer.
+type HealerConfig struct {
+	// Mode is repair, observe or off (heal.ParseMode of --heal).
+	Mode heal.Mode
+	// Scope is staged (default) or all.
+	Scope HealScope
+	// Threshold, ReloginCooldown, RestartCooldown and VerifyWindow: zero
+	// means the Default of the same name. Threshold is both how long a
+	// session must be down and how long its portal must have been
+	// reachable without interruption. VerifyWindow is how long a kick has
+	// to bring the session to LOGGED_IN before it counts as failed.
+	Threshold, ReloginCooldown, RestartCooldown, VerifyWindow time.Duration
+	// ProbeConcurrency bounds the portals probed at once.
+	ProbeConcurrency int
+	// Kicker runs logins, logouts and the restart. Required.
+	Kicker Kicker
+	// Prober checks portals. Required (&NetProber{} on a node).
+	Prober Prober
+	// Resolver resolves host names in volume portals; net.DefaultResolver
+	// when nil.
+	Resolver Resolver
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Report is what one tick found about one session (or one portal of a
+// staged volume without a session) and what the heal decided.
+type Report struct {
+	// Session is the kernel session; 0 for an absent one.
+	Session SessionID
+	// Node is the session's node record: target, portal, iface.
+	Node Node
+	// State is the session state, or SessionAbsent.
+	State SessionState
+	// InScope is set when the heal may kick the session.
+	InScope bool
+	// Volumes are the staged volumes of the session's target.
+	Volumes []string
+	// DownFor is how long the session has been out of LOGGED_IN and
+	// TimeInState how long in its current state, both as observed by this
+	// process (the clocks start at first sighting).
+	DownFor, TimeInState time.Duration
+	// Probe is this tick's reachability of the portal; nil when the
+	// session is up or out of scope (not probed).
+	Probe *Reachability
+	// ReachableFor is how long the portal has been reachable without a
+	// failed probe.
+	ReachableFor time.Duration
+	// Verdict is empty while there is nothing to decide (up, or down for
+	// less than the threshold, or a kick awaiting its outcome).
+	Verdict heal.Verdict
+	// Kick is the kick chosen (or run, or awaited).
+	Kick Kick
+	// Reason explains the verdict.
+	Reason string
+	// NewSession and TimeToLoggedIn are set on the Repaired report of a
+	// kick that brought the node record back to LOGGED_IN.
+	NewSession     SessionID
+	TimeToLoggedIn time.Duration
+	// Err is the error of a Failed kick.
+	Err error
+}
+
+// SessionHealer watches every iSCSI session on the node, tick after tick,
+// and kicks the ones stuck out of LOGGED_IN while their portal is
+// reachable. It never writes recovery_tmo. Build one per process and
+// call Tick from the monitor; it is safe for concurrent use (Tick calls
+// are serialized), and implements attach.SessionClocks through DownFor.
+type SessionHealer struct {
+	cfg HealerConfig
+
+	mu       sync.Mutex
+	down     *heal.Streaks // session or node key → out of LOGGED_IN
+	inState  *heal.Streaks // session+state → in that state
+	reach    *heal.Streaks // portal → reachable
+	kicked   *heal.Window  // node key → last login or relogin
+	restart  *heal.Window  // restartKey → last iscsid restart
+	gate     *heal.LogGate
+	pending  map[string]pending // node key → kick awaiting LOGGED_IN
+	rejected map[string]error   // node key → the target's login rejection
+}
+
+// pending is a kick that ran and whose session is not LOGGED_IN yet.
+type pending struct {
+	at     time.Time
+	report Report // as decided, for the final verdict line
+}
+
+// restartKey is the one key of the per-node restart window.
+const restartKey = "iscsid"
+
+// NewSessionHealer validates cfg and returns a healer. Nothing runs.
+func NewSessionHealer(cfg HealerConfig) (*SessionHealer, error) {
+	if _, err := heal.ParseMode(string(cfg.Mode)); err != nil {
+		return nil, err
+	}
+	switch cfg.Scope {
+	case "":
+		cfg.Scope = HealStaged
+	case HealStaged, HealAll:
+	default:
+		return nil, fmt.Errorf("invalid heal scope %q: want staged or all", cfg.Scope)
+	}
+	if cfg.Kicker == nil || cfg.Prober == nil {
+		return nil, errors.New("session healer: kicker and prober are required")
+	}
+	if cfg.Threshold < 0 || cfg.ReloginCooldown < 0 || cfg.RestartCooldown < 0 || cfg.VerifyWindow < 0 || cfg.ProbeConcurrency < 0 {
+		return nil, errors.New("session healer: durations and concurrency must not be negative")
+	}
+	setDur := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	setDur(&cfg.Threshold, DefaultThreshold)
+	setDur(&cfg.ReloginCooldown, DefaultReloginCooldown)
+	setDur(&cfg.RestartCooldown, DefaultRestartCooldown)
+	setDur(&cfg.VerifyWindow, DefaultVerifyWindow)
+	if cfg.ProbeConcurrency == 0 {
+		cfg.ProbeConcurrency = DefaultProbeConcurrency
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &SessionHealer{
+		cfg:      cfg,
+		down:     heal.NewStreaks(cfg.Now),
+		inState:  heal.NewStreaks(cfg.Now),
+		reach:    heal.NewStreaks(cfg.Now),
+		kicked:   heal.NewWindow(cfg.ReloginCooldown, cfg.Now),
+		restart:  heal.NewWindow(cfg.RestartCooldown, cfg.Now),
+		gate:     heal.NewLogGate(0, cfg.Now),
+		pending:  map[string]pending{},
+		rejected: map[string]error{},
+	}, nil
+}
+
+// DownFor returns how long this process has seen session id out of
+// LOGGED_IN; ok is false when it is up or unknown.
+func (h *SessionHealer) DownFor(id SessionID) (time.Duration, bool) {
+	return h.down.Held(sessionKey(id))
+}
+
+// Tick takes one look: snap is this tick's Read, records the staged
+// volumes (any transport; non-iSCSI ones are ignored). It updates the
+// clocks, probes the portals of down sessions, decides on each stuck one
+// (narrowest kick first, at most one iscsid restart) and, in repair mode,
+// kicks. It returns one Report per session and per absent portal of a
+// staged volume, sorted by target, portal and session. In off mode it
+// does nothing and returns nil. Every verdict is logged once at level 0.
+func (h *SessionHealer) Tick(ctx context.Context, snap *Snapshot, records []volume.Record) []Report {
+	if h.cfg.Mode == heal.ModeOff || snap == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	recs := iscsiRecords(records)
+	m := NewPortalMatcher(ctx, h.cfg.Resolver)
+	reports := h.observe(ctx, m, snap, recs)
+	h.probe(ctx, reports)
+	h.resolvePending(reports)
+	h.decide(ctx, snap, recs, reports)
+	h.sweep(reports)
+
+	out := make([]Report, len(reports))
+	for i, r := range reports {
+		out[i] = *r
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Node.Target != b.Node.Target {
+			return a.Node.Target < b.Node.Target
+		}
+		if a.Node.Portal != b.Node.Portal {
+			return a.Node.Portal.String() < b.Node.Portal.String()
+		}
+		return a.Session < b.Session
+	})
+	return out
+}
+
+// sweep bounds memory to what this tick saw.
+func (h *SessionHealer) sweep(reports []*Report) {
+	seen := map[string]bool{}
+	for _, r := range reports {
+		seen[r.Node.key()] = true
+	}
+	for k := range h.rejected {
+		if !seen[k] {
+			delete(h.rejected, k)
+		}
+	}
+	h.down.Sweep()
+	h.inState.Sweep()
+	h.reach.Sweep()
+	h.kicked.Prune()
+	h.restart.Prune()
+	h.gate.Prune()
+}
+
+func sessionKey(id SessionID) string { return "sid:" + strconv.Itoa(int(id)) }
+
+// iscsiRecords keeps the staged volumes of transport iscsi.
+func iscsiRecords(records []volume.Record) []volume.Record {
+	var out []volume.Record
+	for _, r := range records {
+		if r.Context.Transport == volume.TransportISCSI && r.Context.ISCSI != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// volumesOf returns the sorted IDs of the staged volumes of target iqn.
+func volumesOf(recs []volume.Record, iqn string) []string {
+	var ids []string
+	for _, r := range recs {
+		if r.Context.ISCSI.IQN == iqn {
+			ids = append(ids, r.VolumeID)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}

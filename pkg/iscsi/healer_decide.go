@@ -1,0 +1,199 @@
+package iscsi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// decide judges every down report and, in repair mode, acts: logins and
+// relogins first (narrowest), then at most one iscsid restart for all
+// sessions that need one, and only in a tick where nothing else was
+// kicked (the next tick decides on fresh state).
+func (h *SessionHealer) decide(ctx context.Context, snap *Snapshot, recs []volume.Record, reports []*Report) {
+	var restarts []*Report
+	kickedNow := false
+	for _, r := range reports {
+		if r.State.LoggedIn() || r.Verdict != "" {
+			continue // up, or its pending kick was resolved this tick
+		}
+		h.judge(snap, recs, r)
+		switch {
+		case r.Verdict != heal.Repaired:
+			h.logVerdict(*r)
+		case r.Kick == KickRestart:
+			restarts = append(restarts, r)
+		default:
+			h.kick(ctx, r)
+			kickedNow = true
+		}
+	}
+	if len(restarts) == 0 {
+		return
+	}
+	if kickedNow {
+		for _, r := range restarts {
+			r.Verdict, r.Reason = heal.Deferred, "narrowest first: another kick ran this tick; restart decided on fresh state next tick"
+			h.logVerdict(*r)
+		}
+		return
+	}
+	h.restartDaemon(ctx, restarts)
+}
+
+// judge walks the ladder for one down report and sets Verdict, Kick and
+// Reason. Verdict Repaired means "allowed now" (not yet run); an empty
+// Verdict means there is nothing to decide yet.
+func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
+	key, th := r.Node.key(), h.cfg.Threshold
+	if r.DownFor < th {
+		r.Reason = fmt.Sprintf("down %s; iscsid has %s to recover it by itself", heal.RoundDuration(r.DownFor), th)
+		return
+	}
+	if p, ok := h.pending[key]; ok {
+		r.Kick = p.report.Kick
+		r.Reason = fmt.Sprintf("awaiting LOGGED_IN after %s %s ago", r.Kick, heal.RoundDuration(h.cfg.Now().Sub(p.at)))
+		return
+	}
+	if !r.InScope {
+		r.Verdict, r.Reason = heal.Refused, fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", r.Node.Target, h.cfg.Scope)
+		return
+	}
+	if err := h.rejected[key]; err != nil {
+		r.Verdict, r.Reason = heal.Refused, "login rejected by the target: "+err.Error()
+		return
+	}
+	if r.Probe == nil || !r.Probe.Reachable() {
+		why := "not probed"
+		if r.Probe != nil {
+			why = r.Probe.TCPString()
+		}
+		r.Verdict, r.Reason = heal.Refused, "portal unreachable: "+why+"; iscsid retries by itself"
+		return
+	}
+	if r.ReachableFor < th {
+		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("reachability: portal reachable for %s of the %s required without interruption", heal.RoundDuration(r.ReachableFor), th)
+		return
+	}
+	why := "no session to the portal of a staged volume"
+	r.Kick = KickLogin
+	if r.State != SessionAbsent {
+		s, _ := snap.Session(r.Session)
+		inUse, reason := lastPathInUse(snap, s, recs)
+		r.Kick, why = KickRelogin, reason
+		if inUse {
+			r.Kick = KickRestart
+		}
+	}
+	if r.Kick == KickRestart {
+		if left, ago := h.restart.Left(restartKey); left > 0 {
+			r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("restart cooldown: iscsid restarted %s ago, %s left; %s", heal.RoundDuration(ago), heal.RoundDuration(left), why)
+			return
+		}
+	} else if left, ago := h.kicked.Left(key); left > 0 {
+		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("cooldown: kicked %s ago, %s left", heal.RoundDuration(ago), heal.RoundDuration(left))
+		return
+	}
+	if h.cfg.Mode == heal.ModeObserve {
+		r.Verdict, r.Reason = heal.Observed, "observe mode: would "+string(r.Kick)+"; "+why
+		return
+	}
+	r.Verdict, r.Reason = heal.Repaired, why
+}
+
+// kick runs a login or a logout + login for one report.
+func (h *SessionHealer) kick(ctx context.Context, r *Report) {
+	klog.FromContext(ctx).V(2).Info("Kicking iSCSI session", "session", r.Session.String(), "target", r.Node.Target, "portal", r.Node.Portal.String(), "kick", r.Kick)
+	h.kicked.Mark(r.Node.key())
+	var err error
+	if r.Kick == KickRelogin {
+		err = h.cfg.Kicker.Logout(ctx, r.Node, r.Session)
+	}
+	if err == nil {
+		err = h.cfg.Kicker.Login(ctx, r.Node)
+		if errors.Is(err, ErrAuthFailed) || errors.Is(err, ErrLoginFatal) {
+			h.rejected[r.Node.key()] = err
+		}
+	}
+	h.settle(r, err)
+}
+
+// restartDaemon restarts iscsid once for every report that needs it.
+func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
+	klog.FromContext(ctx).V(2).Info("Restarting iscsid for stuck sessions", "sessions", len(rs))
+	err := h.cfg.Kicker.RestartDaemon(ctx)
+	if errors.Is(err, ErrInFlight) {
+		for _, r := range rs {
+			r.Verdict, r.Reason = heal.Deferred, "in flight: a login or logout is running; iscsid is not restarted under it"
+			h.logVerdict(*r)
+		}
+		return
+	}
+	h.restart.Mark(restartKey)
+	for _, r := range rs {
+		h.settle(r, err)
+	}
+}
+
+// settle records the outcome of a kick: an error is a Failed verdict,
+// logged now; success leaves the kick pending until the session is seen
+// LOGGED_IN (or the verify window passes).
+func (h *SessionHealer) settle(r *Report, err error) {
+	if err != nil {
+		r.Verdict, r.Err = heal.Failed, err
+		r.Reason = string(r.Kick) + " failed: " + r.Reason
+		h.logVerdict(*r)
+		return
+	}
+	r.Verdict = heal.Kicked
+	h.pending[r.Node.key()] = pending{at: h.cfg.Now(), report: *r}
+}
+
+// logVerdict writes the one level-0 line of a verdict. Refusals,
+// deferrals and observations are logged when they change (and again
+// after the relog interval); repairs and failures always.
+func (h *SessionHealer) logVerdict(r Report) {
+	switch r.Verdict {
+	case heal.Refused, heal.Deferred, heal.Observed:
+		what := string(r.Verdict) + ":" + string(r.Kick) + ":" + heal.ReasonClass(r.Reason)
+		if !h.gate.Should(r.Node.key(), what) {
+			return
+		}
+	case heal.Repaired, heal.Failed:
+	default:
+		return
+	}
+	tcp, icmp := "not probed", ICMPSkipped
+	if r.Probe != nil {
+		tcp, icmp = r.Probe.TCPString(), r.Probe.ICMP
+	}
+	kv := []any{
+		"verdict", r.Verdict, "session", r.sessionName(), "target", r.Node.Target,
+		"portal", r.Node.Portal.String(), "state", r.State,
+		"timeInState", heal.RoundDuration(r.TimeInState), "downFor", heal.RoundDuration(r.DownFor),
+		"tcp", tcp, "icmp", icmp, "reachableFor", heal.RoundDuration(r.ReachableFor),
+		"kick", r.Kick, "reason", r.Reason, "volumes", strings.Join(r.Volumes, ","), "mode", h.cfg.Mode,
+	}
+	if r.Verdict == heal.Repaired {
+		kv = append(kv, "result", "LOGGED_IN", "newSession", r.NewSession.String(), "timeToLoggedIn", heal.RoundDuration(r.TimeToLoggedIn))
+	}
+	if r.Err != nil {
+		klog.ErrorS(r.Err, "iSCSI session verdict", kv...)
+		return
+	}
+	klog.InfoS("iSCSI session verdict", kv...)
+}
+
+// sessionName is the session's sysfs name, "" for an absent session.
+func (r Report) sessionName() string {
+	if r.State == SessionAbsent {
+		return ""
+	}
+	return r.Session.String()
+}

@@ -1,0 +1,139 @@
+package iscsi
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// observe builds this tick's reports and advances the down and in-state
+// clocks: one report per kernel session, plus one per portal of a staged
+// volume that has no session.
+func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Snapshot, recs []volume.Record) []*Report {
+	var reports []*Report
+	for _, s := range snap.Sessions {
+		r := &Report{Session: s.ID, State: s.State, Node: Node{Target: s.TargetName, Iface: s.IfaceName}}
+		if addr, port, ok := s.Portal(); ok {
+			r.Node.Portal = volume.Endpoint{Host: addr, Port: uint16(port)}
+		}
+		r.Volumes = volumesOf(recs, s.TargetName)
+		r.InScope = len(r.Volumes) > 0 || h.cfg.Scope == HealAll
+		key := sessionKey(s.ID)
+		r.DownFor = h.down.Observe(key, !s.State.LoggedIn())
+		r.TimeInState = h.inState.Observe(key+"/"+string(s.State), true)
+		reports = append(reports, r)
+	}
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		v := rec.Context.ISCSI
+		for _, ep := range v.Portals {
+			if hasSessionTo(m, snap, v.IQN, ep) {
+				continue
+			}
+			n := Node{Target: v.IQN, Portal: ep}
+			if r, err := ResolveEndpoint(ctx, h.cfg.Resolver, ep); err == nil {
+				n.Portal = r
+			}
+			if seen[n.key()] {
+				continue
+			}
+			seen[n.key()] = true
+			r := &Report{Node: n, State: SessionAbsent, InScope: true, Volumes: volumesOf(recs, v.IQN)}
+			key := "node:" + n.key()
+			r.DownFor = h.down.Observe(key, true)
+			r.TimeInState = h.inState.Observe(key, true)
+			reports = append(reports, r)
+		}
+	}
+	return reports
+}
+
+func hasSessionTo(m *PortalMatcher, snap *Snapshot, iqn string, ep volume.Endpoint) bool {
+	for _, s := range snap.SessionsOf(iqn) {
+		if m.Session(s, iqn, ep) {
+			return true
+		}
+	}
+	return false
+}
+
+// probe checks the portal of every down, in-scope report (each portal
+// once, ProbeConcurrency at a time) and advances the reachable clocks.
+// A portal not probed this tick loses its streak at the sweep: the
+// reachable time only counts while its session is down.
+func (h *SessionHealer) probe(ctx context.Context, reports []*Report) {
+	byPortal := map[string][]*Report{}
+	var portals []volume.Endpoint
+	for _, r := range reports {
+		if r.State.LoggedIn() || !r.InScope || r.Node.Portal.Host == "" {
+			continue
+		}
+		p := r.Node.Portal.String()
+		if _, ok := byPortal[p]; !ok {
+			portals = append(portals, r.Node.Portal)
+		}
+		byPortal[p] = append(byPortal[p], r)
+	}
+	results := make([]Reachability, len(portals))
+	sem := make(chan struct{}, h.cfg.ProbeConcurrency)
+	var wg sync.WaitGroup
+	for i, p := range portals {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = h.cfg.Prober.Probe(ctx, p)
+		}()
+	}
+	wg.Wait()
+	for i, p := range portals {
+		res := results[i]
+		held := h.reach.Observe("portal:"+p.String(), res.Reachable())
+		for _, r := range byPortal[p.String()] {
+			r.Probe = &res
+			r.ReachableFor = held
+		}
+	}
+}
+
+// resolvePending closes the kicks of earlier ticks: a node record back in
+// LOGGED_IN makes its kick Repaired (with the time it took); a kick older
+// than the verify window without that makes it Failed. Either way the
+// final verdict line is logged now.
+func (h *SessionHealer) resolvePending(reports []*Report) {
+	now := h.cfg.Now()
+	up := map[string]*Report{}
+	for _, r := range reports {
+		if r.State.LoggedIn() {
+			up[r.Node.key()] = r
+			delete(h.rejected, r.Node.key())
+		}
+	}
+	for key, p := range h.pending {
+		final := p.report
+		if r, ok := up[key]; ok {
+			final.Verdict, final.NewSession, final.TimeToLoggedIn = heal.Repaired, r.Session, now.Sub(p.at)
+			final.Reason = fmt.Sprintf("LOGGED_IN %s after %s", heal.RoundDuration(final.TimeToLoggedIn), final.Kick)
+			r.Verdict, r.Kick, r.Reason = final.Verdict, final.Kick, final.Reason
+			r.NewSession, r.TimeToLoggedIn = final.NewSession, final.TimeToLoggedIn
+			h.gate.Forget(key)
+		} else if age := now.Sub(p.at); age >= h.cfg.VerifyWindow {
+			final.Verdict = heal.Failed
+			final.Reason = fmt.Sprintf("not LOGGED_IN %s after %s", heal.RoundDuration(age), final.Kick)
+			final.Err = fmt.Errorf("%s did not bring %s back within %s", final.Kick, p.report.Node, h.cfg.VerifyWindow)
+			for _, r := range reports {
+				if r.Node.key() == key {
+					r.Verdict, r.Kick, r.Reason, r.Err = final.Verdict, final.Kick, final.Reason, final.Err
+				}
+			}
+		} else {
+			continue
+		}
+		delete(h.pending, key)
+		h.logVerdict(final)
+	}
+}

@@ -1,0 +1,109 @@
+package iscsi
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// lastPathInUse decides whether logging session s out could take a
+// device in use away from its user: whether some LUN of s has no other
+// live path and is in use. why says which LUN and why, or why a logout
+// is safe.
+//
+// A LUN's device is its dm-multipath map when multipathd holds its disk,
+// else the disk itself. A LUN is covered when another disk of its map is
+// a live path. An uncovered LUN is in use when its device has holders
+// (LVM, partitions stacked on it), or when a staged volume of the same
+// target and LUN uses that device. A staged volume uses the device its
+// record names; a record that names nothing, or something this LUN has no
+// name for, counts as using it (when in doubt, do not log out). A LUN of
+// a target no staged volume uses (heal scope all) counts as in use:
+// pathmend cannot see whether something it did not stage mounts it.
+func lastPathInUse(snap *Snapshot, s Session, recs []volume.Record) (inUse bool, why string) {
+	var covered []string
+	for _, l := range s.LUNs {
+		if l.Disk == "" {
+			continue // no disk: nothing a logout could take away
+		}
+		dev, mapName, other := l.Disk, "", ""
+		holders := l.Holders
+		if m, ok := snap.MapOf(l.Disk); ok {
+			dev, mapName, holders = m.Device, m.Name, m.Holders
+			for _, sl := range m.Slaves {
+				if sl != l.Disk && snap.Live(sl) {
+					other = sl
+					break
+				}
+			}
+		}
+		if other != "" {
+			covered = append(covered, fmt.Sprintf("LUN %d (%s) has another live path %s", l.Address.LUN, dev, other))
+			continue
+		}
+		if len(holders) > 0 {
+			return true, fmt.Sprintf("LUN %d: %s has no other live path and is held by %s", l.Address.LUN, dev, strings.Join(holders, ","))
+		}
+		mine := recordsOfLUN(recs, s.TargetName, l.Address.LUN)
+		if len(volumesOf(recs, s.TargetName)) == 0 {
+			return true, fmt.Sprintf("LUN %d: %s has no other live path, and its target is not staged by pathmend (cannot tell who uses it)", l.Address.LUN, dev)
+		}
+		names := lunDeviceNames(snap, s.TargetName, l)
+		for _, r := range mine {
+			if recordUses(r.Device, dev, mapName, names) {
+				return true, fmt.Sprintf("LUN %d: %s has no other live path and is used by volume %s", l.Address.LUN, dev, r.VolumeID)
+			}
+		}
+		covered = append(covered, fmt.Sprintf("LUN %d (%s) is used by no staged volume", l.Address.LUN, dev))
+	}
+	if len(covered) == 0 {
+		return false, "the session has no disks to lose"
+	}
+	return false, strings.Join(covered, "; ")
+}
+
+// recordsOfLUN returns the staged volumes of target iqn, LUN lun.
+func recordsOfLUN(recs []volume.Record, iqn string, lun int) []volume.Record {
+	var out []volume.Record
+	for _, r := range recs {
+		if r.Context.ISCSI.IQN == iqn && r.Context.ISCSI.LUN == lun {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// lunDeviceNames lists every name the LUN's devices go by on this node:
+// its disk on every session to the target and the map over them.
+func lunDeviceNames(snap *Snapshot, iqn string, l LUN) map[string]bool {
+	names := map[string]bool{}
+	for _, s := range snap.SessionsOf(iqn) {
+		if x, ok := s.LUN(l.Address.LUN); ok && x.Disk != "" {
+			names[x.Disk] = true
+			if m, ok := snap.MapOf(x.Disk); ok {
+				names[m.Device] = true
+			}
+		}
+	}
+	return names
+}
+
+// recordUses reports whether a record whose device path is recDevice uses
+// dev (the LUN's device on the stuck session: its map or its disk).
+// Only a record that clearly names another device of the same LUN (the
+// disk of another session, without multipath) does not.
+func recordUses(recDevice, dev, mapName string, lunNames map[string]bool) bool {
+	if recDevice == "" {
+		return true
+	}
+	name := path.Base(recDevice)
+	if strings.HasPrefix(recDevice, "/dev/mapper/") && mapName != "" && name == mapName {
+		return true
+	}
+	if name == dev {
+		return true
+	}
+	return !lunNames[name]
+}
