@@ -35,64 +35,25 @@ type Attacher interface {
 	Health(ctx context.Context, rec volume.Record) Condition
 }
 
-// AttachRequest is everything an Attacher needs to attach one volume.
-type AttachRequest struct {
-	VolumeID string
-	Context  volume.Context
-	// Secrets are the node-stage secrets; never log or persist them.
-	Secrets volume.Secrets
-	// ReadOnly is set when every access mode of the capability is
-	// read-only.
-	ReadOnly bool
-}
-
-// Device is an attached, verified block device.
-type Device struct {
-	// Path of the block device node, e.g. /dev/nvme0n1.
-	Path string
-	// SizeBytes is the size of the device as the kernel reports it.
-	SizeBytes int64
-}
-
-// HealthStatus grades the paths of a staged volume.
-type HealthStatus int
-
-const (
-	// Healthy: every expected path is live.
-	Healthy HealthStatus = iota
-	// Degraded: the volume is usable but runs below its expected paths.
-	Degraded
-	// Inaccessible: no path to the volume is usable from this node.
-	Inaccessible
+// The attach-side types are defined in pkg/volume so that transports
+// implement Attacher without importing this gRPC-facing package.
+type (
+	// AttachRequest is everything an Attacher needs to attach one volume.
+	AttachRequest = volume.AttachRequest
+	// Device is an attached, verified block device.
+	Device = volume.Device
+	// Condition is the path health of a staged volume.
+	Condition = volume.Condition
+	// HealthStatus grades a volume's paths.
+	HealthStatus = volume.HealthStatus
 )
 
-// String names the status for logs.
-func (h HealthStatus) String() string {
-	switch h {
-	case Healthy:
-		return "Healthy"
-	case Degraded:
-		return "Degraded"
-	case Inaccessible:
-		return "Inaccessible"
-	}
-	return fmt.Sprintf("HealthStatus(%d)", int(h))
-}
-
-// Condition is the health of a staged volume as NodeGetVolumeHealth and
-// NodeGetStorageHealth report it.
-type Condition struct {
-	Status HealthStatus
-	// Reason is a short CamelCase cause for machines ("PathsBelowExpected").
-	// Empty when Healthy.
-	Reason string
-	// Message says what is wrong, readable by an operator, e.g. "2 of 3
-	// paths live; nvme4 (10.0.0.2:4420) contributes no path".
-	Message string
-}
-
-// Abnormal reports whether the volume is not Healthy.
-func (c Condition) Abnormal() bool { return c.Status != Healthy }
+// Health statuses, re-exported for callers of this package.
+const (
+	Healthy      = volume.Healthy
+	Degraded     = volume.Degraded
+	Inaccessible = volume.Inaccessible
+)
 
 // notBuilt is the Attacher of a transport whose implementation has not been
 // wired into this binary. It refuses every attach with FailedPrecondition so

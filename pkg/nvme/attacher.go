@@ -1,0 +1,378 @@
+package nvme
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// Connector is what the attacher needs of pkg/nvme/fabrics.
+type Connector interface {
+	Connect(ctx context.Context, o fabrics.Options) (fabrics.Result, error)
+	Detacher
+	Rescanner
+}
+
+// ErrNoPath: not one endpoint of the volume could be connected.
+var ErrNoPath = errors.New("no path to the volume could be connected")
+
+// AttacherConfig configures the NVMe/TCP attacher.
+type AttacherConfig struct {
+	SysFS sysfs.FS
+	// DevRoot is where block device nodes live ("/dev").
+	DevRoot   string
+	Connector Connector
+	Host      fabrics.HostIdentity
+	// Policy is the process's one heal policy.
+	Policy *heal.Policy
+	// Records lists the staged volumes (for the detach blast radius).
+	Records func() ([]volume.Record, error)
+	// AttachWait bounds the wait for the namespace head after connecting
+	// (default 15 s); ConnectTimeout bounds one connect (default 30 s).
+	AttachWait     time.Duration
+	ConnectTimeout time.Duration
+	// Poll is the sysfs poll interval while waiting (default 100 ms).
+	Poll time.Duration
+}
+
+// Attacher attaches NVMe-oF/TCP volumes: connect every endpoint through
+// the kernel's fabrics interface, find the namespace by identity in sysfs,
+// and when it does not show up or diagnosis finds a defect on its
+// subsystem, run one repair through the policy and retry the connect once.
+// It implements the driver's Attacher through pkg/volume types.
+type Attacher struct {
+	cfg AttacherConfig
+}
+
+// NewAttacher validates cfg and fills in defaults.
+func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
+	if cfg.Connector == nil || cfg.Policy == nil || cfg.Records == nil || cfg.DevRoot == "" || cfg.SysFS.Root() == "" {
+		return nil, errors.New("nvme attacher: sysfs, dev root, connector, policy and records are required")
+	}
+	if cfg.Host.NQN == "" || cfg.Host.ID == "" {
+		return nil, errors.New("nvme attacher: host NQN and host ID are required")
+	}
+	if cfg.AttachWait <= 0 {
+		cfg.AttachWait = 15 * time.Second
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 30 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 100 * time.Millisecond
+	}
+	return &Attacher{cfg: cfg}, nil
+}
+
+// ConnectOptions builds the fabrics options of one endpoint of a volume.
+func ConnectOptions(n *volume.NVMeTCP, ep volume.Endpoint, host fabrics.HostIdentity, s volume.Secrets) fabrics.Options {
+	return fabrics.Options{
+		Transport: "tcp", Traddr: ep.Host, Trsvcid: fmt.Sprint(ep.Port), NQN: n.NQN,
+		HostNQN: host.NQN, HostID: host.ID, HostTraddr: n.HostTraddr, HostIface: n.HostIface,
+		CtrlLossTmo: n.CtrlLossTmo, ReconnectDelay: n.ReconnectDelay, FastIOFailTmo: n.FastIOFailTmo,
+		KeepAliveTmo: n.KeepAliveTmo, NrIOQueues: n.NrIOQueues,
+		DHCHAPSecret: s.DHCHAPSecret, DHCHAPCtrlSecret: s.DHCHAPCtrlSecret,
+	}
+}
+
+// OrderedEndpoints lists optimized endpoints first, then the others, each
+// group in the order the volume context gives.
+func OrderedEndpoints(n *volume.NVMeTCP) (optimized, others []volume.Endpoint) {
+	if len(n.OptimizedEndpoints) == 0 {
+		return n.Endpoints, nil
+	}
+	opt := map[volume.Endpoint]bool{}
+	for _, e := range n.OptimizedEndpoints {
+		opt[e] = true
+	}
+	for _, e := range n.Endpoints {
+		if opt[e] {
+			optimized = append(optimized, e)
+		} else {
+			others = append(others, e)
+		}
+	}
+	return optimized, others
+}
+
+// Attach connects the volume's paths and returns its verified device.
+func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume.Device, error) {
+	n := req.Context.NVMe
+	if n == nil {
+		return volume.Device{}, errors.New("nvme attacher: volume context is not nvme-tcp")
+	}
+	exp := expectationOf(req.VolumeID, n)
+	if err := a.connectOnce(ctx, n, req.Secrets); err != nil {
+		return volume.Device{}, err
+	}
+	dev, locErr := a.waitDevice(ctx, exp)
+	defects, err := a.defectsOf(exp)
+	if err != nil {
+		return volume.Device{}, err
+	}
+	if locErr == nil && len(defects) == 0 {
+		return dev, nil
+	}
+	// The "already connected but unusable" state: connecting again
+	// changes nothing, so repair once through the policy, then connect
+	// once more and look again.
+	klog.InfoS("Volume not usable after connect; trying one repair", "volumeID", req.VolumeID, "nqn", n.NQN, "lookup", errString(locErr), "defects", len(defects))
+	repairer := &Repairer{Detacher: a.cfg.Connector, Rescanner: a.cfg.Connector, SysFS: a.cfg.SysFS, Expectations: []Expectation{exp}}
+	outs := a.cfg.Policy.Heal(ctx, defects, repairer)
+	if err := a.connectOnce(ctx, n, req.Secrets); err != nil {
+		return volume.Device{}, err
+	}
+	dev, locErr = a.waitDevice(ctx, exp)
+	if locErr != nil {
+		return volume.Device{}, fmt.Errorf("volume %s: %w (after %s)", req.VolumeID, locErr, summarize(outs))
+	}
+	return dev, nil
+}
+
+// connectOnce connects every endpoint that has no controller yet,
+// optimized ones first. An endpoint that fails is logged and skipped: the
+// volume may still be usable over the others, and the monitor keeps
+// trying. Only when no endpoint has a controller is it an error.
+func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.Secrets) error {
+	h, err := Read(a.cfg.SysFS)
+	if err != nil {
+		return fmt.Errorf("read nvme state: %w", err)
+	}
+	opt, others := OrderedEndpoints(n)
+	present := 0
+	var errs []error
+	for _, ep := range append(opt, others...) {
+		if len(ControllersTo(h, n.NQN, ep)) > 0 {
+			present++
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.ConnectTimeout)
+		r, err := a.cfg.Connector.Connect(cctx, ConnectOptions(n, ep, a.cfg.Host, s))
+		cancel()
+		switch {
+		case err == nil:
+			present++
+			klog.V(2).InfoS("Connected path", "nqn", n.NQN, "endpoint", ep.String(), "controller", r.Name())
+		case errors.Is(err, fabrics.ErrAlreadyConnected):
+			present++
+		default:
+			klog.ErrorS(err, "Connect failed", "nqn", n.NQN, "endpoint", ep.String())
+			errs = append(errs, err)
+		}
+	}
+	if present == 0 {
+		return fmt.Errorf("%w: %w", ErrNoPath, errors.Join(errs...))
+	}
+	return nil
+}
+
+// waitDevice polls sysfs until the volume's namespace has a device node
+// and a usable path, or AttachWait passes.
+func (a *Attacher) waitDevice(ctx context.Context, exp Expectation) (volume.Device, error) {
+	deadline := time.Now().Add(a.cfg.AttachWait)
+	for {
+		dev, err := a.device(exp)
+		if err == nil {
+			return dev, nil
+		}
+		if time.Now().After(deadline) {
+			return volume.Device{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return volume.Device{}, ctx.Err()
+		case <-time.After(a.cfg.Poll):
+		}
+	}
+}
+
+// device locates the namespace and verifies its block device.
+func (a *Attacher) device(exp Expectation) (volume.Device, error) {
+	h, err := Read(a.cfg.SysFS)
+	if err != nil {
+		return volume.Device{}, err
+	}
+	loc, err := Locate(h, exp)
+	if err != nil {
+		return volume.Device{}, err
+	}
+	if loc.Device == "" || usablePaths(h, loc.Namespace) == 0 {
+		return volume.Device{}, fmt.Errorf("%w: %s has no usable path yet", ErrNamespaceNotFound, nsLabel(loc.Namespace))
+	}
+	if loc.Namespace.Sectors == 0 {
+		return volume.Device{}, fmt.Errorf("namespace %s reports size 0", loc.Device)
+	}
+	return volume.Device{
+		Path:      filepath.Join(a.cfg.DevRoot, string(loc.Device)),
+		SizeBytes: int64(loc.Namespace.Sectors) * 512,
+	}, nil
+}
+
+// defectsOf diagnoses the volume's subsystem: the defects that name the
+// volume or tear down a controller of its NQN. StaleEndpoint is left to the
+// monitor: endpoints other volumes no longer list are not this stage's
+// business.
+func (a *Attacher) defectsOf(exp Expectation) ([]heal.Defect, error) {
+	h, err := Read(a.cfg.SysFS)
+	if err != nil {
+		return nil, err
+	}
+	var mine []heal.Defect
+	for _, d := range Inspect(h, []Expectation{exp}) {
+		if d.Kind != heal.StaleEndpoint && concerns(h, d, exp) {
+			mine = append(mine, d)
+		}
+	}
+	return mine, nil
+}
+
+func concerns(h *Host, d heal.Defect, exp Expectation) bool {
+	if slices.Contains(d.Volumes, exp.VolumeID) {
+		return true
+	}
+	for _, p := range d.Teardown {
+		if c, ok := h.Controller(ControllerName(p.Name)); ok && c.SubsysNQN == exp.NQN {
+			return true
+		}
+	}
+	return false
+}
+
+// Detach disconnects the volume's controllers unless another staged
+// volume's namespace lives in the same subsystem: its controllers are the
+// paths of that volume too.
+func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
+	n := rec.Context.NVMe
+	if n == nil {
+		return errors.New("nvme attacher: record is not nvme-tcp")
+	}
+	recs, err := a.cfg.Records()
+	if err != nil && len(recs) == 0 {
+		return fmt.Errorf("list staged volumes: %w", err)
+	}
+	var sharers []string
+	for _, r := range recs {
+		if r.VolumeID != rec.VolumeID && r.Context.NVMe != nil && r.Context.NVMe.NQN == n.NQN {
+			sharers = append(sharers, r.VolumeID)
+		}
+	}
+	if len(sharers) > 0 {
+		klog.InfoS("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other staged volumes use the subsystem", "volumes", strings.Join(sharers, ","))
+		return nil
+	}
+	h, err := Read(a.cfg.SysFS)
+	if err != nil {
+		return err
+	}
+	for _, ep := range n.Endpoints {
+		for _, c := range ControllersTo(h, n.NQN, ep) {
+			if err := a.cfg.Connector.Disconnect(string(c.Name)); err != nil {
+				return err
+			}
+			klog.V(2).InfoS("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "endpoint", ep.String())
+		}
+	}
+	return nil
+}
+
+// Expand rescans the volume's controllers and returns the namespace size,
+// waiting briefly for the kernel to publish a changed size.
+func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error) {
+	n := rec.Context.NVMe
+	if n == nil {
+		return 0, errors.New("nvme attacher: record is not nvme-tcp")
+	}
+	exp := expectationOf(rec.VolumeID, n)
+	before, err := a.device(exp)
+	if err != nil {
+		return 0, err
+	}
+	h, err := Read(a.cfg.SysFS)
+	if err != nil {
+		return 0, err
+	}
+	for _, ep := range n.Endpoints {
+		for _, c := range ControllersTo(h, n.NQN, ep) {
+			if c.State == StateLive {
+				if err := a.cfg.Connector.Rescan(string(c.Name)); err != nil {
+					klog.ErrorS(err, "Rescan failed", "controller", c.Name)
+				}
+			}
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if dev, err := a.device(exp); err == nil && dev.SizeBytes != before.SizeBytes {
+			return dev.SizeBytes, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(a.cfg.Poll):
+		}
+	}
+	return before.SizeBytes, nil
+}
+
+// Health grades the volume's paths from a fresh read of sysfs.
+func (a *Attacher) Health(_ context.Context, rec volume.Record) volume.Condition {
+	n := rec.Context.NVMe
+	if n == nil {
+		return volume.Condition{Status: volume.Inaccessible, Reason: "NotNVMe", Message: "record is not nvme-tcp"}
+	}
+	h, err := Read(a.cfg.SysFS)
+	if err != nil {
+		return volume.Condition{Status: volume.Inaccessible, Reason: "SysfsUnreadable", Message: err.Error()}
+	}
+	return ConditionOf(ReportPaths(h, expectationOf(rec.VolumeID, n)))
+}
+
+// ConditionOf turns a path report into a volume condition: healthy when
+// every expected path is live, inaccessible when none is, degraded
+// between, with a message naming each missing path.
+func ConditionOf(r PathReport) volume.Condition {
+	msg := fmt.Sprintf("%d of %d paths live", r.Live, r.Expected)
+	if len(r.Problems) > 0 {
+		msg += "; " + strings.Join(r.Problems, "; ")
+	}
+	switch {
+	case r.Live == 0:
+		return volume.Condition{Status: volume.Inaccessible, Reason: "NoLivePath", Message: msg}
+	case r.Live < r.Expected:
+		return volume.Condition{Status: volume.Degraded, Reason: "PathsBelowExpected", Message: msg}
+	}
+	return volume.Condition{Status: volume.Healthy, Message: msg}
+}
+
+func expectationOf(volumeID string, n *volume.NVMeTCP) Expectation {
+	return Expectation{VolumeID: volumeID, NQN: n.NQN, Endpoints: n.Endpoints, OptimizedEndpoints: n.OptimizedEndpoints, NSID: n.NSID, NGUID: n.NGUID, UUID: n.UUID}
+}
+
+func summarize(outs []heal.Outcome) string {
+	if len(outs) == 0 {
+		return "no repair applied"
+	}
+	parts := make([]string, 0, len(outs))
+	for _, o := range outs {
+		parts = append(parts, fmt.Sprintf("%s %s: %s", o.Defect.Kind, o.Verdict, o.Reason))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

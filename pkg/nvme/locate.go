@@ -1,0 +1,183 @@
+package nvme
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// Errors of Locate. Both are "not yet" answers while a volume attaches.
+var (
+	// ErrSubsystemNotConnected: no subsystem instance answers the NQN.
+	ErrSubsystemNotConnected = errors.New("subsystem not connected")
+	// ErrNamespaceNotFound: the subsystem is connected but exports no
+	// namespace with the volume's identity.
+	ErrNamespaceNotFound = errors.New("namespace not found")
+)
+
+// Located is the namespace of a volume in one Host snapshot.
+type Located struct {
+	Subsystem *Subsystem
+	Namespace *Namespace
+	// Device is the block device a workload uses: the multipath head, or
+	// with multipath off the disk of the first live path.
+	Device DeviceName
+}
+
+// Locate finds the namespace of e in h by NQN and identity (nsid, nguid,
+// uuid: every given field must match). When two subsystem instances answer
+// the NQN (AmbiguousHead), the one whose namespace has a usable path wins,
+// so a lookup never returns the stale instance's device.
+func Locate(h *Host, e Expectation) (Located, error) {
+	var candidates []Located
+	connected := false
+	for i := range h.Subsystems {
+		s := &h.Subsystems[i]
+		if s.NQN != e.NQN {
+			continue
+		}
+		connected = true
+		for j := range s.Namespaces {
+			ns := &s.Namespaces[j]
+			if e.matchIdentity(ns) != idMatches {
+				continue
+			}
+			candidates = append(candidates, Located{Subsystem: s, Namespace: ns, Device: deviceOf(h, ns)})
+		}
+	}
+	switch {
+	case !connected:
+		return Located{}, fmt.Errorf("%w: %s", ErrSubsystemNotConnected, e.NQN)
+	case len(candidates) == 0:
+		return Located{}, fmt.Errorf("%w: %s in %s", ErrNamespaceNotFound, e.describe(), e.NQN)
+	}
+	for _, c := range candidates {
+		if c.Device != "" && usablePaths(h, c.Namespace) > 0 {
+			return c, nil
+		}
+	}
+	return candidates[0], nil
+}
+
+// deviceOf is the block device of a namespace: its head, or with
+// multipath off the disk of its first live path.
+func deviceOf(h *Host, ns *Namespace) DeviceName {
+	if ns.Head != "" {
+		return ns.Head
+	}
+	for _, p := range ns.Paths {
+		if c, ok := h.Controller(p.Controller); ok && c.State == StateLive {
+			return p.Device
+		}
+	}
+	return ""
+}
+
+// usablePaths counts the legs of ns whose controller is live and whose ANA
+// state carries I/O.
+func usablePaths(h *Host, ns *Namespace) int {
+	n := 0
+	for _, p := range ns.Paths {
+		if c, ok := h.Controller(p.Controller); ok && c.State == StateLive && p.ANAState.Usable() {
+			n++
+		}
+	}
+	return n
+}
+
+// ControllersTo returns the controllers of subsystem NQN nqn to endpoint
+// ep that still count as present: any state but deleting or dead, so a
+// controller the kernel is reconnecting is never connected twice.
+func ControllersTo(h *Host, nqn string, ep volume.Endpoint) []*Controller {
+	var out []*Controller
+	for i := range h.Controllers {
+		c := &h.Controllers[i]
+		if c.SubsysNQN != nqn || c.State.Deleting() || c.State == StateDead {
+			continue
+		}
+		if EndpointMatches(c.Address, ep) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// EndpointMatches reports whether a controller address goes to ep: equal
+// IPs (any notation) or equal host names, and the same port.
+func EndpointMatches(a Address, ep volume.Endpoint) bool {
+	if a.Trsvcid != strconv.Itoa(int(ep.Port)) {
+		return false
+	}
+	if ip, eip := net.ParseIP(a.Traddr), net.ParseIP(ep.Host); ip != nil && eip != nil {
+		return ip.Equal(eip)
+	}
+	return a.Traddr == ep.Host
+}
+
+// PathReport is how a volume's expected paths look in one snapshot.
+type PathReport struct {
+	// Expected is the number of endpoints the volume lists.
+	Expected int
+	// Live counts expected endpoints with a live controller whose leg to
+	// the namespace carries I/O.
+	Live int
+	// Optimized counts those whose leg is ANA optimized.
+	Optimized int
+	// Problems describe each expected path that is not live, e.g.
+	// "127.0.0.1:4421: nvme4 connecting" or "127.0.0.1:4421: not connected".
+	Problems []string
+}
+
+// ReportPaths grades every expected endpoint of e in h.
+func ReportPaths(h *Host, e Expectation) PathReport {
+	r := PathReport{Expected: len(e.Endpoints)}
+	loc, locErr := Locate(h, e)
+	for _, ep := range e.Endpoints {
+		ctrls := ControllersTo(h, e.NQN, ep)
+		if len(ctrls) == 0 {
+			r.Problems = append(r.Problems, ep.String()+": not connected")
+			continue
+		}
+		best := ""
+		for _, c := range ctrls {
+			if locErr != nil {
+				best = fmt.Sprintf("%s %s, %v", c.Name, c.State, locErr)
+				continue
+			}
+			leg, ok := legOf(loc.Namespace, c.Name)
+			switch {
+			case c.State != StateLive:
+				best = fmt.Sprintf("%s %s", c.Name, c.State)
+			case !ok:
+				best = fmt.Sprintf("%s contributes no path", c.Name)
+			case !leg.ANAState.Usable():
+				best = fmt.Sprintf("%s ANA %s", c.Name, leg.ANAState)
+			default:
+				best = ""
+				r.Live++
+				if leg.ANAState == ANAOptimized || leg.ANAState == ANANone {
+					r.Optimized++
+				}
+			}
+			if best == "" {
+				break
+			}
+		}
+		if best != "" {
+			r.Problems = append(r.Problems, ep.String()+": "+best)
+		}
+	}
+	return r
+}
+
+func legOf(ns *Namespace, ctrl ControllerName) (Path, bool) {
+	for _, p := range ns.Paths {
+		if p.Controller == ctrl {
+			return p, true
+		}
+	}
+	return Path{}, false
+}

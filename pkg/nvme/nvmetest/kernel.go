@@ -1,0 +1,279 @@
+package nvmetest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+)
+
+// Target is one NVMe/TCP subsystem on the fake fabric.
+type Target struct {
+	NQN        string
+	Namespaces []Namespace
+	// Ports maps "host:port" to the ANA state the target reports on it
+	// ("optimized", "non-optimized", "inaccessible").
+	Ports map[string]string
+}
+
+// Kernel is a deterministic fake of the host's NVMe-oF stack for tests:
+// a sysfs tree in a directory (laid out by Topology) plus the fabrics
+// operations pathmend performs. Connect creates a controller directory
+// whose mtime is the connect time, and attaches its namespace legs
+// LegDelay later (the race a monitor must not mistake for a defect);
+// Disconnect removes it; faults are injected with the Set methods. It
+// implements the Connector of package nvme.
+type Kernel struct {
+	// LegDelay is how long after a connect the controller's legs appear.
+	LegDelay time.Duration
+
+	mu      sync.Mutex
+	dir     string
+	gen     int
+	clk     clock.WithDelayedExecution
+	targets map[string]*Target
+	ctrls   []*fakeCtrl
+	next    int
+	subsys  map[string]int // NQN → subsystem instance
+	down    map[string]bool
+	hidden  map[string]map[uint32]bool // NQN → disabled nsids
+	noLeg   map[int]bool               // controller instance → never attaches legs
+	calls   []string
+}
+
+type fakeCtrl struct {
+	instance int
+	nqn      string
+	host     string
+	port     string
+	state    string
+	created  time.Time
+	legsAt   time.Time
+}
+
+// NewKernel returns a fake kernel writing its tree below dir.
+func NewKernel(dir string, clk clock.WithDelayedExecution) *Kernel {
+	k := &Kernel{dir: dir, clk: clk, targets: map[string]*Target{}, subsys: map[string]int{},
+		down: map[string]bool{}, hidden: map[string]map[uint32]bool{}, noLeg: map[int]bool{}}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.writeLocked()
+	return k
+}
+
+// FS is the sysfs tree of the fake kernel.
+func (k *Kernel) FS() sysfs.FS { return sysfs.New(filepath.Join(k.dir, "root")) }
+
+// AddTarget puts a subsystem on the fabric.
+func (k *Kernel) AddTarget(t Target) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.targets[t.NQN] = &t
+	k.writeLocked()
+}
+
+// Calls returns the operations performed so far, in order:
+// "connect 127.0.0.1:4420", "delete nvme3", "rescan nvme2".
+func (k *Kernel) Calls() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.calls)
+}
+
+// SetUnreachable makes a port drop connects (and a live controller to it
+// go connecting) or come back.
+func (k *Kernel) SetUnreachable(hostport string, down bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.down[hostport] = down
+	for _, c := range k.ctrls {
+		if net.JoinHostPort(c.host, c.port) != hostport {
+			continue
+		}
+		if down {
+			c.state = "connecting"
+		} else if c.state == "connecting" {
+			c.state = "live"
+		}
+	}
+	k.writeLocked()
+}
+
+// SetNamespaceEnabled hides or shows one namespace of a target, the way
+// disabling it on the target does (its head and legs vanish).
+func (k *Kernel) SetNamespaceEnabled(nqn string, nsid uint32, enabled bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.hidden[nqn] == nil {
+		k.hidden[nqn] = map[uint32]bool{}
+	}
+	k.hidden[nqn][nsid] = !enabled
+	k.writeLocked()
+}
+
+// DropLegs makes controller instance never attach legs: a live controller
+// that contributes no path.
+func (k *Kernel) DropLegs(instance int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.noLeg[instance] = true
+	k.writeLocked()
+}
+
+// SetState forces a controller's state ("connecting", "dead", …).
+func (k *Kernel) SetState(instance int, state string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range k.ctrls {
+		if c.instance == instance {
+			c.state = state
+		}
+	}
+	k.writeLocked()
+}
+
+// Connect implements the fabrics connect: EALREADY for a duplicate,
+// ECONNREFUSED for an unreachable port or an unknown NQN.
+func (k *Kernel) Connect(_ context.Context, o fabrics.Options) (fabrics.Result, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	hp := net.JoinHostPort(o.Traddr, o.Trsvcid)
+	k.calls = append(k.calls, "connect "+hp)
+	t, ok := k.targets[o.NQN]
+	if !ok || k.down[hp] {
+		return fabrics.Result{}, fmt.Errorf("connect %s: %w: %w", hp, fabrics.ErrUnreachable, syscall.ECONNREFUSED)
+	}
+	if _, ok := t.Ports[hp]; !ok {
+		return fabrics.Result{}, fmt.Errorf("connect %s: %w: %w", hp, fabrics.ErrUnreachable, syscall.ECONNREFUSED)
+	}
+	for _, c := range k.ctrls {
+		if c.nqn == o.NQN && c.host == o.Traddr && c.port == o.Trsvcid {
+			return fabrics.Result{}, fmt.Errorf("connect %s: %w: %w", hp, fabrics.ErrAlreadyConnected, syscall.EALREADY)
+		}
+	}
+	now := k.clk.Now()
+	c := &fakeCtrl{instance: k.next, nqn: o.NQN, host: o.Traddr, port: o.Trsvcid, state: "live", created: now, legsAt: now.Add(k.LegDelay)}
+	k.next++
+	k.ctrls = append(k.ctrls, c)
+	if _, ok := k.subsys[o.NQN]; !ok {
+		k.subsys[o.NQN] = len(k.subsys)
+	}
+	if k.LegDelay > 0 {
+		k.clk.AfterFunc(k.LegDelay, k.Refresh)
+	}
+	k.writeLocked()
+	return fabrics.Result{Instance: c.instance, CntlID: c.instance + 1}, nil
+}
+
+// Disconnect deletes a controller.
+func (k *Kernel) Disconnect(ctrl string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls = append(k.calls, "delete "+ctrl)
+	k.ctrls = slices.DeleteFunc(k.ctrls, func(c *fakeCtrl) bool { return "nvme"+strconv.Itoa(c.instance) == ctrl })
+	k.writeLocked()
+	return nil
+}
+
+// Rescan records a rescan; the tree already shows every enabled namespace.
+func (k *Kernel) Rescan(ctrl string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls = append(k.calls, "rescan "+ctrl)
+	return nil
+}
+
+// Refresh rewrites the tree at the clock's current time (legs whose delay
+// has passed appear).
+func (k *Kernel) Refresh() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.writeLocked()
+}
+
+// topologyLocked derives the Topology the kernel publishes now.
+func (k *Kernel) topologyLocked() Topology {
+	now := k.clk.Now()
+	var t Topology
+	nqns := make([]string, 0, len(k.subsys))
+	for nqn := range k.subsys {
+		nqns = append(nqns, nqn)
+	}
+	slices.SortFunc(nqns, func(a, b string) int { return k.subsys[a] - k.subsys[b] })
+	for _, nqn := range nqns {
+		tgt := k.targets[nqn]
+		s := Subsystem{Instance: k.subsys[nqn], NQN: nqn}
+		var enabled []Namespace
+		if tgt != nil {
+			for _, ns := range tgt.Namespaces {
+				if !k.hidden[nqn][ns.NSID] {
+					enabled = append(enabled, ns)
+				}
+			}
+		}
+		// A namespace head exists once some controller has scanned the
+		// namespace, i.e. has a leg to it; controllers that never attach
+		// legs leave the subsystem without heads (NoNamespace).
+		anyLegs := false
+		for _, c := range k.ctrls {
+			if c.nqn != nqn {
+				continue
+			}
+			fc := Controller{Instance: c.instance, State: c.state, Traddr: c.host, Trsvcid: c.port,
+				SrcAddr: "127.0.0.1", Age: max(now.Sub(c.created), 0), Legs: map[int]string{}}
+			if c.state != "live" {
+				fc.SrcAddr = ""
+			}
+			if !now.Before(c.legsAt) && !k.noLeg[c.instance] && tgt != nil {
+				for _, ns := range enabled {
+					fc.Legs[ns.Head] = tgt.Ports[net.JoinHostPort(c.host, c.port)]
+					anyLegs = true
+				}
+			}
+			s.Controllers = append(s.Controllers, fc)
+		}
+		if anyLegs {
+			s.Namespaces = enabled
+		}
+		if len(s.Controllers) > 0 {
+			t.Subsystems = append(t.Subsystems, s)
+		}
+	}
+	return t
+}
+
+// writeLocked writes a fresh generation of the tree and points root at it
+// with an atomic symlink swap, so a reader never sees a half-written tree.
+func (k *Kernel) writeLocked() {
+	k.gen++
+	gen := filepath.Join(k.dir, "gen-"+strconv.Itoa(k.gen))
+	if err := os.MkdirAll(gen, 0o755); err != nil {
+		panic(err)
+	}
+	if err := k.topologyLocked().Write(gen, k.clk.Now()); err != nil {
+		panic(err)
+	}
+	tmp := filepath.Join(k.dir, "root.tmp")
+	os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(gen), tmp); err != nil {
+		panic(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(k.dir, "root")); err != nil {
+		panic(err)
+	}
+	// Keep the previous generation for readers still inside it.
+	if k.gen > 2 {
+		os.RemoveAll(filepath.Join(k.dir, "gen-"+strconv.Itoa(k.gen-2)))
+	}
+}

@@ -1,0 +1,115 @@
+package nvme
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+)
+
+// Detacher deletes one controller (writes its delete_controller).
+type Detacher interface {
+	Disconnect(ctrl string) error
+}
+
+// Rescanner asks one controller to rescan its namespaces.
+type Rescanner interface {
+	Rescan(ctrl string) error
+}
+
+// Repairer is the NVMe repair mechanism: it executes a defect's plan
+// exactly as given — delete these controllers in this order — and returns
+// what it removed. It decides nothing; heal.Policy does.
+//
+// NamespaceMissing is tried gently first: every live controller of the
+// plan rescans its namespaces, and only if the namespace still has not
+// appeared after RescanWait are the controllers torn down.
+type Repairer struct {
+	Detacher  Detacher
+	Rescanner Rescanner
+	// SysFS and Expectations let the repairer look again after a rescan.
+	SysFS        sysfs.FS
+	Expectations []Expectation
+	// RescanWait bounds the wait for a rescanned namespace (default 2 s).
+	RescanWait time.Duration
+	// Poll is the interval of that wait (default 100 ms).
+	Poll time.Duration
+}
+
+var _ heal.Repairer = (*Repairer)(nil)
+
+// Repair executes d's plan. On an error it stops and returns what it
+// removed so far with the error.
+func (r *Repairer) Repair(ctx context.Context, d heal.Defect) ([]heal.Path, error) {
+	if d.Kind == heal.NamespaceMissing && r.Rescanner != nil {
+		cured, err := r.rescan(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		if cured {
+			klog.InfoS("Namespace appeared after a rescan; nothing torn down", "defect", d.Kind, "key", d.Key, "volumes", d.Volumes)
+			return nil, nil
+		}
+	}
+	var removed []heal.Path
+	for _, p := range d.Teardown {
+		if err := r.Detacher.Disconnect(p.Name); err != nil {
+			return removed, fmt.Errorf("tear down %s (%s): %w", p.Name, p.Endpoint, err)
+		}
+		removed = append(removed, p)
+	}
+	return removed, nil
+}
+
+// rescan asks every live controller of the plan to rescan, then watches
+// sysfs until the same defect is gone (cured) or RescanWait passes.
+func (r *Repairer) rescan(ctx context.Context, d heal.Defect) (cured bool, err error) {
+	for _, p := range d.Teardown {
+		if p.State != string(StateLive) {
+			continue
+		}
+		if err := r.Rescanner.Rescan(p.Name); err != nil {
+			klog.ErrorS(err, "Rescan failed", "controller", p.Name)
+		}
+	}
+	wait, poll := r.RescanWait, r.Poll
+	if wait <= 0 {
+		wait = 2 * time.Second
+	}
+	if poll <= 0 {
+		poll = 100 * time.Millisecond
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-deadline.C:
+			return false, nil
+		case <-tick.C:
+		}
+		h, err := Read(r.SysFS)
+		if err != nil {
+			continue
+		}
+		if !stillPresent(Inspect(h, r.Expectations), d) {
+			return true, nil
+		}
+	}
+}
+
+func stillPresent(defects []heal.Defect, d heal.Defect) bool {
+	for _, x := range defects {
+		if x.Kind == d.Kind && x.Key == d.Key {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,65 @@
+package volume
+
+import "fmt"
+
+// AttachRequest is everything a transport needs to attach one volume.
+// These attach-side types live here, below every transport and the CSI
+// layer, so transports implement the driver's Attacher without importing
+// gRPC.
+type AttachRequest struct {
+	VolumeID string
+	Context  Context
+	// Secrets are the node-stage secrets; never log or persist them.
+	Secrets Secrets
+	// ReadOnly is set when every access mode of the capability is
+	// read-only.
+	ReadOnly bool
+}
+
+// Device is an attached block device, verified to be the volume's.
+type Device struct {
+	// Path of the block device node, e.g. /dev/nvme0n1.
+	Path string
+	// SizeBytes is the size of the device as the kernel reports it.
+	SizeBytes int64
+}
+
+// HealthStatus grades the paths of a staged volume.
+type HealthStatus int
+
+const (
+	// Healthy: every expected path is live.
+	Healthy HealthStatus = iota
+	// Degraded: the volume is usable but runs below its expected paths.
+	Degraded
+	// Inaccessible: no path to the volume is usable from this node.
+	Inaccessible
+)
+
+// String names the status for logs.
+func (h HealthStatus) String() string {
+	switch h {
+	case Healthy:
+		return "Healthy"
+	case Degraded:
+		return "Degraded"
+	case Inaccessible:
+		return "Inaccessible"
+	}
+	return fmt.Sprintf("HealthStatus(%d)", int(h))
+}
+
+// Condition is the health of a staged volume's paths, as
+// NodeGetVolumeHealth and NodeGetStorageHealth report it.
+type Condition struct {
+	Status HealthStatus
+	// Reason is a short CamelCase cause for machines
+	// ("PathsBelowExpected"). Empty when Healthy.
+	Reason string
+	// Message says what is wrong, readable by an operator, e.g. "2 of 3
+	// paths live; nvme4 (10.0.0.2:4420) contributes no path".
+	Message string
+}
+
+// Abnormal reports whether the volume is not Healthy.
+func (c Condition) Abnormal() bool { return c.Status != Healthy }
