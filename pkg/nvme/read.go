@@ -28,7 +28,7 @@ var errVanished = errors.New("vanished during the read")
 // read is a race with the kernel, not an error: it is left out and listed
 // in Host.Skipped.
 func Read(fsys sysfs.FS) (*Host, error) {
-	r := &reader{fs: fsys}
+	r := &reader{fs: fsys, attrs: sysfs.NewAttrReader(fsys)}
 	h := &Host{}
 	subNames, err := r.list(classSubsystem, func(n string) bool { return SubsystemName(n).Instance() >= 0 })
 	if err != nil {
@@ -97,9 +97,11 @@ func Read(fsys sysfs.FS) (*Host, error) {
 	return h, nil
 }
 
-// reader carries the FS and what was skipped through one Read.
+// reader carries the FS and what was skipped through one Read. Attribute
+// reads share one buffer (attrs).
 type reader struct {
 	fs      sysfs.FS
+	attrs   *sysfs.AttrReader
 	skipped []Skip
 }
 
@@ -135,7 +137,7 @@ func (r *reader) vanished(dir string, err error) error {
 
 // attr reads a required attribute of dir.
 func (r *reader) attr(dir, name string) (string, error) {
-	v, err := r.fs.ReadAttr(dir + "/" + name)
+	v, err := r.attrs.ReadAttr(dir + "/" + name)
 	if err != nil {
 		return "", r.vanished(dir, err)
 	}
@@ -151,7 +153,7 @@ func (r *reader) optional(dir, name string, present []string) (string, error) {
 		}
 		return r.attr(dir, name)
 	}
-	v, _, err := r.fs.ReadOptionalAttr(dir + "/" + name)
+	v, _, err := r.attrs.ReadOptionalAttr(dir + "/" + name)
 	return v, err
 }
 

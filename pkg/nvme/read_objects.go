@@ -196,7 +196,7 @@ func (r *reader) controllerAttrs(dir string, entries []string, c *Controller) er
 // vanished leg would look the same, a missing ana_state is confirmed by
 // checking that the leg directory still exists.
 func (r *reader) ana(dir string, p *Path) error {
-	state, ok, err := r.fs.ReadOptionalAttr(dir + "/ana_state")
+	state, ok, err := r.attrs.ReadOptionalAttr(dir + "/ana_state")
 	if err != nil {
 		return r.vanished(dir, err)
 	}
