@@ -20,14 +20,15 @@ const (
 )
 
 // ParseVPD83 derives a device identifier from a raw Device Identification
-// VPD page (0x83), choosing among the designators that identify the
-// logical unit the way the kernel's scsi_vpd_lun_id chooses for the wwid
-// attribute: the longest designator wins, NAA is preferred over an
-// EUI-64 of the same length, T10 vendor IDs only when nothing else is
-// there. The result has the wwid attribute's form: "naa.<hex>",
-// "eui.<hex>", "t10.<vendor id>" or the SCSI name string itself.
-// pathmend only compares identifiers read the same way, so an exotic page
-// that the kernel would render differently still yields a stable value.
+// VPD page (0x83) the way Linux 6.1's scsi_vpd_lun_id derives the wwid
+// attribute: among the designators of the logical unit, the one of
+// highest priority wins (SCSI name string, NAA registered extended,
+// EUI-64 16 and 12 bytes, NAA registered, NAA extended, EUI-64 8 bytes,
+// T10 vendor ID and NAA locally assigned), a later one of equal priority
+// replacing an earlier one. The result has the wwid attribute's form:
+// "naa.<hex>", "eui.<hex>", "t10.<vendor id>" or the SCSI name string.
+// pathmend only compares identifiers read the same way, so a page the
+// kernel would render differently still yields a stable value.
 func ParseVPD83(page []byte) (string, error) {
 	if len(page) < 4 {
 		return "", errors.New("VPD page shorter than its 4-byte header")
@@ -41,7 +42,7 @@ func ParseVPD83(page []byte) (string, error) {
 	}
 	body := page[4 : 4+n]
 
-	best, bestType, bestSize := "", 0, 0
+	best, bestPrio, bestSize := "", 0, 0
 	for len(body) > 0 {
 		if len(body) < 4 {
 			return "", errors.New("truncated designator header")
@@ -50,26 +51,20 @@ func ParseVPD83(page []byte) (string, error) {
 		if 4+size > len(body) {
 			return "", fmt.Errorf("designator of %d bytes overruns the page", size)
 		}
-		d := body[4 : 4+size]
-		assoc, typ := (body[1]>>4)&0x3, int(body[1]&0xf)
+		hdr, d := body[:4], body[4:4+size]
 		body = body[4+size:]
-		if assoc != 0 || size == 0 || size < bestSize {
-			continue // not about the logical unit, or shorter than what we have
+		prio := designatorPrio(hdr, d)
+		if prio == 0 || bestPrio > prio {
+			continue
 		}
 		var id string
-		switch typ {
+		switch hdr[1] & 0xf {
 		case desigT10:
-			if bestType > desigT10 {
+			if bestSize > size {
 				continue
 			}
 			id = "t10." + escapeT10(d)
 		case desigEUI64:
-			if bestType == desigNAA && size == bestSize {
-				continue
-			}
-			if size != 8 && size != 12 && size != 16 {
-				continue
-			}
 			id = "eui." + hex.EncodeToString(d)
 		case desigNAA:
 			if size != 8 && size != 16 {
@@ -77,19 +72,55 @@ func ParseVPD83(page []byte) (string, error) {
 			}
 			id = "naa." + hex.EncodeToString(d)
 		case desigSCSIName:
-			id = strings.TrimRight(string(d), "\x00")
-			if id == "" {
+			if bestSize > size {
 				continue
 			}
-		default:
+			id = strings.TrimRight(string(d), "\x00")
+		}
+		if id == "" {
 			continue
 		}
-		best, bestType, bestSize = id, typ, size
+		best, bestPrio, bestSize = id, prio, size
 	}
 	if best == "" {
 		return "", errors.New("no logical-unit designator")
 	}
 	return best, nil
+}
+
+// designatorPrio is the kernel's designator_prio: 0 for a designator that
+// is not about the logical unit or that it does not use.
+func designatorPrio(hdr, d []byte) int {
+	if hdr[1]&0x30 != 0 || len(d) == 0 {
+		return 0
+	}
+	switch hdr[1] & 0xf {
+	case desigSCSIName:
+		return 9
+	case desigNAA:
+		switch d[0] >> 4 {
+		case 6:
+			return 8 // registered extended
+		case 5:
+			return 5 // registered
+		case 4:
+			return 4 // extended
+		case 3:
+			return 1 // locally assigned
+		}
+	case desigEUI64:
+		switch len(d) {
+		case 16:
+			return 7
+		case 12:
+			return 6
+		case 8:
+			return 3
+		}
+	case desigT10:
+		return 1
+	}
+	return 0
 }
 
 // escapeT10 renders a T10 vendor ID printable, octal-escaping other bytes

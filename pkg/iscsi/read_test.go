@@ -1,0 +1,218 @@
+package iscsi
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+)
+
+// The healthy capture: CHAP target, LUNs 0 and 1 behind two portals, one
+// session per portal, one multipath map per LUN over both sessions' disks.
+func TestRead_HealthyCaptureShowsTwoSessionsFourDisksAndTwoMaps(t *testing.T) {
+	got := readCapture(t, "iscsi-healthy")
+	const iqn = "iqn.2024-01.io.pathmend.lab:healthy"
+	const lun0, lun1 = "naa.6001405576cc50fe2cb48818a080ab8f", "naa.60014058848e188d396406289a52c8bb"
+	const mib64 = 64 << 20
+	session := func(id, host int, addr, d0, d1, dm0, dm1 string) Session {
+		h := HostID(host)
+		return Session{
+			ID: SessionID(id), Host: h, State: SessionLoggedIn, TargetName: iqn, TPGT: 1, RecoveryTmo: 5, TargetID: 0,
+			IfaceName: "default", InitiatorName: "iqn.2004-10.com.example:pathmend-node-1",
+			Connections: []Connection{{
+				ID: ConnectionID{Session: SessionID(id)}, State: ConnUp,
+				PersistentAddress: addr, PersistentPort: 3260, Address: addr, Port: 3260,
+			}},
+			LUNs: []LUN{
+				{Address: SCSIAddress{Host: h, LUN: 0}, State: DeviceRunning, WWID: lun0, Disk: d0, SizeBytes: mib64, Holders: []string{dm0}},
+				{Address: SCSIAddress{Host: h, LUN: 1}, State: DeviceRunning, WWID: lun1, Disk: d1, SizeBytes: mib64, Holders: []string{dm1}},
+			},
+		}
+	}
+	want := &Snapshot{
+		At: t0,
+		Sessions: []Session{
+			session(1, 0, "127.0.0.1", "sda", "sdb", "dm-0", "dm-1"),
+			session(2, 1, "127.0.0.2", "sdc", "sdd", "dm-0", "dm-1"),
+		},
+		Hosts: []Host{{ID: 0}, {ID: 1}},
+		Maps: []MultipathMap{
+			{Device: "dm-0", Name: "36001405576cc50fe2cb48818a080ab8f", UUID: "mpath-36001405576cc50fe2cb48818a080ab8f", Slaves: []string{"sda", "sdc"}, Holders: []string{}, SizeBytes: mib64},
+			{Device: "dm-1", Name: "360014058848e188d396406289a52c8bb", UUID: "mpath-360014058848e188d396406289a52c8bb", Slaves: []string{"sdb", "sdd"}, Holders: []string{}, SizeBytes: mib64},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("snapshot (-want +got):\n%s", diff)
+	}
+	for _, d := range []string{"sda", "sdb", "sdc", "sdd"} {
+		if !got.Live(d) {
+			t.Errorf("%s is not a live path", d)
+		}
+	}
+}
+
+// A FAILED session: its connection failed (address and port answer
+// ENOTCONN in the capture, so they are not read), its disk blocked.
+func TestRead_FailedCaptureShowsTheBlockedPathAndNoCurrentAddress(t *testing.T) {
+	got := readCapture(t, "iscsi-session-failed")
+	if len(got.Sessions) != 2 || len(got.Maps) != 0 {
+		t.Fatalf("want 2 sessions and no map, got %+v", got)
+	}
+	up, down := got.Sessions[0], got.Sessions[1]
+	if up.State != SessionLoggedIn || up.Connections[0].Address != "127.0.0.1" {
+		t.Errorf("session1 = %+v", up)
+	}
+	wantConn := Connection{ID: ConnectionID{Session: 2}, State: ConnFailed, PersistentAddress: "127.0.0.2", PersistentPort: 3260}
+	if down.State != SessionFailed || down.RecoveryTmo != 600 {
+		t.Errorf("session2 state %s recovery_tmo %d, want FAILED 600", down.State, down.RecoveryTmo)
+	}
+	if diff := cmp.Diff([]Connection{wantConn}, down.Connections); diff != "" {
+		t.Errorf("session2 connection (-want +got):\n%s", diff)
+	}
+	if l, _ := down.LUN(0); l.State != DeviceBlocked || l.Disk != "sdb" || l.WWID != up.LUNs[0].WWID {
+		t.Errorf("session2 LUN 0 = %+v", l)
+	}
+	if got.Live("sdb") || !got.Live("sda") {
+		t.Error("sdb must not be live, sda must")
+	}
+	if p := down.PortalString(); p != "127.0.0.2:3260" {
+		t.Errorf("portal %q", p)
+	}
+}
+
+func TestRead_FreeCaptureShowsTheTransportOfflineDisk(t *testing.T) {
+	got := readCapture(t, "iscsi-session-free")
+	s, ok := got.Session(2)
+	if !ok || s.State != SessionFree || s.Connections[0].State != ConnFailed {
+		t.Fatalf("session2 = %+v", s)
+	}
+	if l, _ := s.LUN(0); l.State != DeviceTransportOffline {
+		t.Errorf("LUN 0 state %s, want transport-offline", l.State)
+	}
+}
+
+// Every required attribute, when missing, fails the read with its path.
+func TestRead_MissingRequiredAttributeIsAnErrorNamingItsPath(t *testing.T) {
+	sess := "devices/platform/host0/session1/iscsi_session/session1/"
+	conn := "class/iscsi_connection/connection1:0/"
+	lun := "devices/platform/host0/session1/target0:0:0/0:0:0:0/"
+	for _, rel := range []string{
+		sess + "state", sess + "targetname", sess + "tpgt", sess + "recovery_tmo",
+		conn + "state", conn + "persistent_address", conn + "persistent_port", conn + "address", conn + "port",
+		lun + "state", lun + "block/sda/size",
+		"block/dm-0/dm/uuid", "block/dm-0/dm/name", "block/dm-0/size",
+	} {
+		t.Run(strings.ReplaceAll(rel, "/", "_"), func(t *testing.T) {
+			fsys, dir := tree(t, twoPortals())
+			if err := os.Remove(filepath.Join(dir, rel)); err != nil {
+				// Paths through class links resolve to the device files.
+				t.Fatal(err)
+			}
+			_, err := Read(fsys, t0)
+			if err == nil || !strings.Contains(err.Error(), strings.TrimSuffix(filepath.Base(rel), "/")) || !sysfs.IsNotExist(err) {
+				t.Fatalf("Read = %v, want a not-exist error naming %s", err, rel)
+			}
+		})
+	}
+}
+
+func TestRead_BadValuesAreErrors(t *testing.T) {
+	for rel, val := range map[string]string{
+		"class/iscsi_connection/connection1:0/persistent_port": "99999\n",
+		"class/iscsi_session/session1/tpgt":                     "one\n",
+		"class/iscsi_session/session1/target_id":                "-1\n",
+	} {
+		fsys, dir := tree(t, twoPortals())
+		if err := os.WriteFile(filepath.Join(dir, rel), []byte(val), 0o444); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Read(fsys, t0); err == nil || !strings.Contains(err.Error(), filepath.Base(rel)) {
+			t.Errorf("%s = %q: Read = %v, want an error naming it", rel, val, err)
+		}
+	}
+}
+
+// Optional attributes: no wwid falls back to vpd_pg83 (the real page of a
+// LIO LUN), no target_id is -1, a LUN without a disk has no Disk.
+func TestRead_OptionalAttributesAndUnboundDisk(t *testing.T) {
+	fx, err := sysfs.LoadFixture(filepath.Join(fixtureDir, "iscsi-session-failed.sysfs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, ok := fx.Lookup("devices/platform/host0/session1/target0:0:0/0:0:0:0/vpd_pg83")
+	if !ok {
+		t.Fatal("capture has no vpd_pg83")
+	}
+	top := iscsitest.Topology{Sessions: []iscsitest.Session{{ID: 3, Host: 5, Target: "iqn.x:y", Address: "10.0.0.1",
+		LUNs: []iscsitest.LUN{{LUN: 0, Disk: "sdq", VPD83: []byte(page.Value)}, {LUN: 7}}}}}
+	fsys, dir := tree(t, top)
+	if err := os.Remove(filepath.Join(dir, "class/iscsi_session/session3/target_id")); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := Read(fsys, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := snap.Sessions[0]
+	if s.TargetID != -1 {
+		t.Errorf("TargetID %d, want -1", s.TargetID)
+	}
+	if s.LUNs[0].WWID != "naa.60014059d216f420d6d4d248eb84412a" {
+		t.Errorf("WWID from vpd_pg83 = %q", s.LUNs[0].WWID)
+	}
+	if s.LUNs[1].Disk != "" || s.LUNs[1].WWID != "" || s.LUNs[1].Address.LUN != 7 {
+		t.Errorf("unbound LUN = %+v", s.LUNs[1])
+	}
+}
+
+// Device-mapper devices that are not multipath maps are not read as maps;
+// a node without iSCSI modules reads as empty.
+func TestRead_IgnoresOtherDMDevicesAndMissingClasses(t *testing.T) {
+	top := twoPortals()
+	top.Maps[0].UUID = "LVM-abc"
+	fsys, _ := tree(t, top)
+	snap, err := Read(fsys, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Maps) != 0 {
+		t.Errorf("maps %+v, want none", snap.Maps)
+	}
+	empty, err := Read(sysfs.New(t.TempDir()), t0)
+	if err != nil || len(empty.Sessions)+len(empty.Hosts)+len(empty.Maps) != 0 {
+		t.Errorf("empty tree: %+v, %v", empty, err)
+	}
+}
+
+// A session whose class link and directory are both gone was removed
+// during the read; a dangling class link is a broken tree.
+func TestRead_VanishedVersusBrokenSession(t *testing.T) {
+	fsys, dir := tree(t, twoPortals())
+	link := "class/iscsi_session/session2"
+	notExist := &os.PathError{Op: "open", Path: "x", Err: syscall.ENOENT}
+	if vanished(fsys, link, notExist) {
+		t.Error("link still present: not vanished")
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "devices/platform/host1/session2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(fsys, t0); err == nil {
+		t.Error("dangling class link: want an error")
+	}
+	if err := os.Remove(filepath.Join(dir, link)); err != nil {
+		t.Fatal(err)
+	}
+	if !vanished(fsys, link, notExist) {
+		t.Error("link gone: vanished")
+	}
+	snap, err := Read(fsys, t0)
+	if err != nil || len(snap.Sessions) != 1 {
+		t.Errorf("after removal: %d sessions, %v", len(snap.Sessions), err)
+	}
+}
