@@ -125,8 +125,8 @@ func TestRead_MissingRequiredAttributeIsAnErrorNamingItsPath(t *testing.T) {
 func TestRead_BadValuesAreErrors(t *testing.T) {
 	for rel, val := range map[string]string{
 		"class/iscsi_connection/connection1:0/persistent_port": "99999\n",
-		"class/iscsi_session/session1/tpgt":                     "one\n",
-		"class/iscsi_session/session1/target_id":                "-1\n",
+		"class/iscsi_session/session1/tpgt":                    "one\n",
+		"class/iscsi_session/session1/target_id":               "-1\n",
 	} {
 		fsys, dir := tree(t, twoPortals())
 		if err := os.WriteFile(filepath.Join(dir, rel), []byte(val), 0o444); err != nil {
