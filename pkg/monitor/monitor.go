@@ -1,0 +1,152 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// Config tunes the monitor; zero values take the defaults.
+type Config struct {
+	// Interval between ticks (default 3 s), plus up to Jitter·Interval of
+	// random delay (default 0.2) so nodes do not tick in lockstep.
+	Interval time.Duration
+	Jitter   float64
+	// ConnectTimeout bounds one connect (default 10 s).
+	ConnectTimeout time.Duration
+	// MaxConnects bounds concurrent connects across volumes (default 4).
+	MaxConnects int
+	// BackoffBase and BackoffMax space out retries of an endpoint that
+	// did not answer (defaults 3 s and 5 min).
+	BackoffBase, BackoffMax time.Duration
+}
+
+// SessionHealer is the iSCSI session heal, run once per tick after the
+// NVMe passes.
+type SessionHealer interface {
+	Tick(ctx context.Context, records []volume.Record)
+}
+
+// Deps are the monitor's seams.
+type Deps struct {
+	SysFS sysfs.FS
+	// Records lists the staged volumes; the monitor keeps nothing else.
+	Records   func() ([]volume.Record, error)
+	Policy    *heal.Policy
+	Connector nvme.Connector
+	Host      fabrics.HostIdentity
+	Prober    Prober
+	Clock     clock.Clock
+	Metrics   *metrics.Metrics
+	// Sessions is the iSCSI heal; nil when iSCSI is not built in.
+	Sessions SessionHealer
+	// PathExists reports whether a staging path still exists (default
+	// os.Stat).
+	PathExists func(string) bool
+}
+
+// Monitor keeps every path of every staged volume healthy: each tick it
+// reads sysfs once, repairs what diagnosis finds through the policy, and
+// only then reconnects the expected paths that are missing — optimized
+// first. Repair runs first so that whatever it tears down is reconnected
+// in the same tick, and reconcile never races a controller it just made.
+type Monitor struct {
+	cfg  Config
+	deps Deps
+	back *backoff
+	sem  chan struct{}
+
+	mu       sync.Mutex
+	status   map[string]VolumeStatus
+	orphans  map[string]bool
+	lastTick time.Time
+}
+
+// VolumeStatus is what the last tick saw of one volume.
+type VolumeStatus struct {
+	Paths nvme.PathReport
+	// Notes are the pending defects and verdicts of the last tick that
+	// concern the volume, e.g. "ControllerNotContributing deferred: grace:
+	// nvme4 is 2s old, 3s left", and backed-off endpoints.
+	Notes []string
+}
+
+// New validates the configuration.
+func New(cfg Config, deps Deps) (*Monitor, error) {
+	if deps.Records == nil || deps.Policy == nil || deps.Connector == nil || deps.Prober == nil || deps.SysFS.Root() == "" {
+		return nil, errors.New("monitor: records, policy, connector, prober and sysfs are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 3 * time.Second
+	}
+	if cfg.Jitter < 0 || cfg.Jitter > 1 {
+		return nil, fmt.Errorf("monitor: jitter %v is outside 0..1", cfg.Jitter)
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = 0.2
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.MaxConnects <= 0 {
+		cfg.MaxConnects = 4
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = 3 * time.Second
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 5 * time.Minute
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	if deps.PathExists == nil {
+		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
+	}
+	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax),
+		sem: make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}}, nil
+}
+
+// Run ticks at once (a restarted plugin heals in its first tick) and then
+// every Interval plus jitter, until ctx ends.
+func (m *Monitor) Run(ctx context.Context) error {
+	klog.InfoS("Monitor started", "interval", m.cfg.Interval, "mode", m.deps.Policy.Mode())
+	for {
+		m.Tick(ctx)
+		wait := m.cfg.Interval + time.Duration(rand.Float64()*m.cfg.Jitter*float64(m.cfg.Interval))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.deps.Clock.After(wait):
+		}
+	}
+}
+
+// LastTick is when the last tick ended; zero before the first.
+func (m *Monitor) LastTick() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastTick
+}
+
+// Status returns what the last tick saw of a volume.
+func (m *Monitor) Status(volumeID string) (VolumeStatus, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.status[volumeID]
+	return s, ok
+}

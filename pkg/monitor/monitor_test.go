@@ -1,0 +1,274 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+const nqnA, nqnB = "nqn.2014-08.io.pathmend.test:a", "nqn.2014-08.io.pathmend.test:b"
+
+// proberFunc adapts a function to Prober.
+type proberFunc func(ctx context.Context, hostport string) error
+
+func (f proberFunc) Reachable(ctx context.Context, hp string) error { return f(ctx, hp) }
+
+type rig struct {
+	k    *nvmetest.Kernel
+	clk  *clocktesting.FakeClock
+	m    *Monitor
+	recs []volume.Record
+}
+
+func target(nqn string, hosts ...string) nvmetest.Target {
+	t := nvmetest.Target{NQN: nqn, Namespaces: []nvmetest.Namespace{{Head: 1, NSID: 1, UUID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}, Ports: map[string]string{}}
+	for i, h := range hosts {
+		t.Ports[h+":4420"] = map[bool]string{true: "optimized", false: "non-optimized"}[i == 0]
+	}
+	return t
+}
+
+func rec(id, nqn string, hosts ...string) volume.Record {
+	n := &volume.NVMeTCP{NQN: nqn, NSID: 1}
+	for i, h := range hosts {
+		ep := volume.Endpoint{Host: h, Port: 4420}
+		n.Endpoints = append(n.Endpoints, ep)
+		if i == 0 {
+			n.OptimizedEndpoints = append(n.OptimizedEndpoints, ep)
+		}
+	}
+	return volume.Record{VolumeID: id, StagingPath: "/staging/" + id, Context: volume.Context{Transport: volume.TransportNVMeTCP, NVMe: n}}
+}
+
+func newRig(t *testing.T, mode heal.Mode, prober Prober) *rig {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	k := nvmetest.NewKernel(t.TempDir(), clk)
+	k.AddTarget(target(nqnA, "127.0.0.1", "127.0.0.2"))
+	k.AddTarget(target(nqnB, "127.0.0.3", "127.0.0.4"))
+	policy, err := heal.NewPolicy(heal.Config{Mode: mode, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prober == nil {
+		prober = proberFunc(func(context.Context, string) error { return nil })
+	}
+	r := &rig{k: k, clk: clk}
+	r.m, err = New(Config{ConnectTimeout: 5 * time.Second}, Deps{
+		SysFS: k.FS(), Records: func() ([]volume.Record, error) { return r.recs, nil },
+		Policy: policy, Connector: k, Prober: prober, Clock: clk,
+		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
+		PathExists: func(p string) bool { return !strings.Contains(p, "gone") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// connectAged connects hostports of nqn and ages the controllers an hour.
+func (r *rig) connectAged(t *testing.T, nqn string, hosts ...string) {
+	t.Helper()
+	for _, h := range hosts {
+		if _, err := r.k.Connect(context.Background(), fabrics.Options{Transport: "tcp", Traddr: h, Trsvcid: "4420", NQN: nqn}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.clk.Step(time.Hour)
+	r.k.Refresh()
+}
+
+func (r *rig) callsSince(n int) []string { return r.k.Calls()[n:] }
+
+// TestTick_RepairsFirstAndReconnectsInTheSameTick pins the order: the
+// repair tears down the controller that contributes no path, and the
+// reconcile pass of the same tick connects its endpoint again. Were the
+// reconcile run before the repair, it would see the controller present,
+// connect nothing, and the volume would end the tick a path short.
+func TestTick_RepairsFirstAndReconnectsInTheSameTick(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
+	r.k.DropLegs(1)
+	before := len(r.k.Calls())
+
+	rep := r.m.Tick(context.Background())
+	want := []string{"delete nvme1", "connect 127.0.0.2:4420"}
+	if diff := cmp.Diff(want, r.callsSince(before)); diff != "" {
+		t.Fatalf("calls (-want +got):\n%s", diff)
+	}
+	if len(rep.Outcomes) != 1 || rep.Outcomes[0].Verdict != heal.Repaired {
+		t.Errorf("outcomes = %+v", rep.Outcomes)
+	}
+	st, _ := r.m.Status("vol-a")
+	if st.Paths.Live != 2 || st.Paths.Expected != 2 {
+		t.Errorf("status after the tick = %+v", st)
+	}
+	// The next tick finds nothing to do.
+	before = len(r.k.Calls())
+	r.m.Tick(context.Background())
+	if calls := r.callsSince(before); len(calls) != 0 {
+		t.Errorf("a healthy tick acted: %v", calls)
+	}
+}
+
+func TestTick_GraceDefersAcrossTicksThenRepairs(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.connectAged(t, nqnA, "127.0.0.1")
+	if _, err := r.k.Connect(context.Background(), fabrics.Options{Transport: "tcp", Traddr: "127.0.0.2", Trsvcid: "4420", NQN: nqnA}); err != nil {
+		t.Fatal(err)
+	}
+	r.k.DropLegs(1) // connected just now, no leg yet
+	before := len(r.k.Calls())
+	rep := r.m.Tick(context.Background())
+	if len(r.callsSince(before)) != 0 || len(rep.Outcomes) != 1 || rep.Outcomes[0].Verdict != heal.Deferred {
+		t.Fatalf("young controller: calls %v, outcomes %+v", r.callsSince(before), rep.Outcomes)
+	}
+	st, _ := r.m.Status("vol-a")
+	if len(st.Notes) == 0 || !strings.Contains(st.Notes[0], "repair deferred: grace:") {
+		t.Errorf("notes = %v", st.Notes)
+	}
+	r.clk.Step(6 * time.Second)
+	r.k.Refresh()
+	r.m.Tick(context.Background())
+	want := []string{"delete nvme1", "connect 127.0.0.2:4420"}
+	if diff := cmp.Diff(want, r.callsSince(before)); diff != "" {
+		t.Errorf("after the grace (-want +got):\n%s", diff)
+	}
+}
+
+func TestTick_NoDuplicateConnectWhileTheKernelReconnects(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
+	r.k.SetState(1, "connecting")
+	before := len(r.k.Calls())
+	r.m.Tick(context.Background())
+	if calls := r.callsSince(before); len(calls) != 0 {
+		t.Errorf("acted on a reconnecting controller: %v", calls)
+	}
+	st, _ := r.m.Status("vol-a")
+	if st.Paths.Live != 1 || !strings.Contains(strings.Join(st.Paths.Problems, ";"), "nvme1 connecting") {
+		t.Errorf("status = %+v", st)
+	}
+}
+
+func TestTick_ReconnectsAMissingPathOptimizedFirst(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	// A restarted plugin: the record is there, the kernel has no paths.
+	r.m.Tick(context.Background())
+	want := []string{"connect 127.0.0.1:4420", "connect 127.0.0.2:4420"}
+	if diff := cmp.Diff(want, r.k.Calls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+}
+
+// TestTick_UnreachableTargetDoesNotDelayOtherVolumes: the probe of a dead
+// target hangs; another volume's missing path is connected meanwhile.
+func TestTick_UnreachableTargetDoesNotDelayOtherVolumes(t *testing.T) {
+	release := make(chan struct{})
+	prober := proberFunc(func(ctx context.Context, hp string) error {
+		if strings.HasPrefix(hp, "127.0.0.3") {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return errors.New("i/o timeout")
+		}
+		return nil
+	})
+	r := newRig(t, heal.ModeRepair, prober)
+	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3")}
+	done := make(chan Report, 1)
+	go func() { done <- r.m.Tick(context.Background()) }()
+	deadline := time.After(10 * time.Second)
+	for !contains(r.k.Calls(), "connect 127.0.0.1:4420") {
+		select {
+		case <-deadline:
+			close(release)
+			t.Fatal("vol-a's path was not connected while vol-b's target hung")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(release)
+	rep := <-done
+	if len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "unreachable") {
+		t.Errorf("skipped = %v", rep.Skipped)
+	}
+	// Backed off: the next tick does not probe the dead target again.
+	before := len(r.k.Calls())
+	r.clk.Step(time.Second)
+	rep = r.m.Tick(context.Background())
+	if len(r.callsSince(before)) != 0 || len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "backed off") {
+		t.Errorf("second tick: calls %v, skipped %v", r.callsSince(before), rep.Skipped)
+	}
+}
+
+func TestTick_ObserveModeTouchesNothing(t *testing.T) {
+	r := newRig(t, heal.ModeObserve, nil)
+	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
+	r.k.DropLegs(1)
+	before := len(r.k.Calls())
+	rep := r.m.Tick(context.Background())
+	if calls := r.callsSince(before); len(calls) != 0 {
+		t.Errorf("observe mode acted: %v", calls)
+	}
+	if len(rep.Outcomes) != 1 || rep.Outcomes[0].Verdict != heal.Observed {
+		t.Errorf("outcomes = %+v", rep.Outcomes)
+	}
+}
+
+func TestTick_OrphanedRecordsAreReported(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	gone := rec("vol-gone", nqnA, "127.0.0.1")
+	gone.StagingPath = "/staging/gone"
+	r.recs = []volume.Record{gone}
+	rep := r.m.Tick(context.Background())
+	if diff := cmp.Diff([]string{"vol-gone"}, rep.Orphans); diff != "" {
+		t.Errorf("orphans (-want +got):\n%s", diff)
+	}
+}
+
+func TestRun_TicksUntilCancelled(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.m.Run(ctx) }()
+	for r.m.LastTick().IsZero() {
+		time.Sleep(time.Millisecond)
+	}
+	first := r.m.LastTick()
+	for !r.clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	r.clk.Step(4 * time.Second) // past interval + jitter
+	for !r.m.LastTick().After(first) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
