@@ -80,7 +80,7 @@ func TestServe_SIGTERM(t *testing.T) {
 	sock := filepath.Join(dir, "csi.sock")
 	sys := filepath.Join(dir, "sys")
 	os.Mkdir(sys, 0o755)
-	cmd := exec.Command(os.Args[0], "serve", "--endpoint=unix://"+sock, "--sys-root="+sys, "--state-dir="+filepath.Join(dir, "state"), "--node-id=n1", "--heal=observe")
+	cmd := exec.Command(os.Args[0], "serve", "--endpoint=unix://"+sock, "--sys-root="+sys, "--state-dir="+filepath.Join(dir, "state"), "--node-id=n1", "--heal=observe", "--hostnqn-file="+filepath.Join(dir, "hostnqn"), "--hostid-file="+filepath.Join(dir, "hostid"), "--dev-root="+dir, "--metrics-address=127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "PATHMEND_TEST_MAIN=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

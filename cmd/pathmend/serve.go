@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	mount "k8s.io/mount-utils"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/monitor"
+	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -31,6 +36,16 @@ type serveConfig struct {
 	topologyValue     string
 	defaultFSType     string
 	shutdownTimeout   time.Duration
+
+	metricsAddress  string
+	monitorInterval time.Duration
+	connectTimeout  time.Duration
+	attachTimeout   time.Duration
+	healGrace       time.Duration
+	healCooldown    time.Duration
+	healMaxScope    string
+	hostNQNFile     string
+	hostIDFile      string
 }
 
 func defaultServeConfig() serveConfig {
@@ -45,6 +60,14 @@ func defaultServeConfig() serveConfig {
 		heal:            string(heal.ModeRepair),
 		defaultFSType:   "ext4",
 		shutdownTimeout: 30 * time.Second,
+		monitorInterval: 3 * time.Second,
+		connectTimeout:  10 * time.Second,
+		attachTimeout:   15 * time.Second,
+		healGrace:       heal.DefaultGrace,
+		healCooldown:    heal.DefaultCooldown,
+		healMaxScope:    "subsystem",
+		hostNQNFile:     "/etc/nvme/hostnqn",
+		hostIDFile:      "/etc/nvme/hostid",
 	}
 }
 
@@ -61,6 +84,15 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.topologyValue, "topology-value", c.topologyValue, "topology segment value reported with --topology-key")
 	fs.StringVar(&c.defaultFSType, "default-fs-type", c.defaultFSType, "filesystem created when a volume names none: ext4, ext3 or xfs")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight RPCs may run after SIGTERM")
+	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9809 (off when empty)")
+	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter)")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", c.connectTimeout, "bound of one NVMe-oF connect")
+	fs.DurationVar(&c.attachTimeout, "attach-timeout", c.attachTimeout, "how long NodeStage waits for a namespace after connecting")
+	fs.DurationVar(&c.healGrace, "heal-grace", c.healGrace, "a teardown including a controller younger than this is deferred")
+	fs.DurationVar(&c.healCooldown, "heal-cooldown", c.healCooldown, "a repaired defect key is left alone this long")
+	fs.StringVar(&c.healMaxScope, "heal-max-scope", c.healMaxScope, "widest teardown a repair may do: controller or subsystem")
+	fs.StringVar(&c.hostNQNFile, "hostnqn-file", c.hostNQNFile, "NVMe host NQN file; generated and persisted when absent")
+	fs.StringVar(&c.hostIDFile, "hostid-file", c.hostIDFile, "NVMe host ID file; generated and persisted when absent")
 }
 
 // validate checks the flags that New does not see.
@@ -72,8 +104,14 @@ func (c serveConfig) validate() error {
 	if _, err := heal.ParseMode(c.heal); err != nil {
 		errs = append(errs, fmt.Errorf("--heal: %w", err))
 	}
-	if c.shutdownTimeout <= 0 {
-		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
+	for name, d := range map[string]time.Duration{"--shutdown-timeout": c.shutdownTimeout, "--monitor-interval": c.monitorInterval,
+		"--connect-timeout": c.connectTimeout, "--attach-timeout": c.attachTimeout, "--heal-grace": c.healGrace, "--heal-cooldown": c.healCooldown} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if _, err := parseScope(c.healMaxScope); err != nil {
+		errs = append(errs, fmt.Errorf("--heal-max-scope: %w", err))
 	}
 	for flagName, dir := range map[string]string{"--sys-root": c.sysRoot, "--dev-root": c.devRoot, "--state-dir": c.stateDir} {
 		if dir == "" {
@@ -83,16 +121,53 @@ func (c serveConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// serve builds every OS seam once, wires the driver and runs it until ctx
-// ends.
+// parseScope validates --heal-max-scope.
+func parseScope(s string) (heal.Scope, error) {
+	switch s {
+	case "controller":
+		return heal.ScopeController, nil
+	case "subsystem":
+		return heal.ScopeSubsystem, nil
+	}
+	return 0, fmt.Errorf("%q: want controller or subsystem", s)
+}
+
+// serve builds every OS seam once, wires the driver, the monitor and the
+// metrics listener, and runs them until ctx ends.
 func serve(ctx context.Context, c serveConfig) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
 	mode, _ := heal.ParseMode(c.heal)
+	scope, _ := parseScope(c.healMaxScope)
 	store, err := volume.NewStore(c.stateDir)
 	if err != nil {
 		return fmt.Errorf("--state-dir: %w", err)
+	}
+	host, err := fabrics.LoadOrCreateHostIdentity(c.hostNQNFile, c.hostIDFile)
+	if err != nil {
+		return fmt.Errorf("NVMe host identity: %w", err)
+	}
+	m := metrics.New()
+	policy, err := heal.NewPolicy(heal.Config{Mode: mode, Grace: c.healGrace, Cooldown: c.healCooldown, MaxScope: scope})
+	if err != nil {
+		return err
+	}
+	sys := sysfs.New(c.sysRoot)
+	connector := fabrics.NewConnector(c.devRoot, sys)
+	nvmeAtt, err := nvme.NewAttacher(nvme.AttacherConfig{
+		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Policy: policy,
+		Records: store.List, AttachWait: c.attachTimeout, ConnectTimeout: c.connectTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
+		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
+		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,
+	})
+	if err != nil {
+		return err
 	}
 	ex := exec.New()
 	d, err := driver.New(driver.Config{
@@ -105,12 +180,12 @@ func serve(ctx context.Context, c serveConfig) error {
 		HealMode:          mode,
 		DefaultFSType:     c.defaultFSType,
 	}, driver.Deps{
-		SysFS:   sysfs.New(c.sysRoot),
+		SysFS:   sys,
 		Store:   store,
 		Mounter: mount.NewSafeFormatAndMount(mount.New(""), ex),
 		Exec:    ex,
 		Attachers: map[volume.Transport]driver.Attacher{
-			volume.TransportNVMeTCP: driver.NotBuilt(volume.TransportNVMeTCP),
+			volume.TransportNVMeTCP: withMonitorNotes{Attacher: nvmeAtt, mon: mon},
 			volume.TransportISCSI:   driver.NotBuilt(volume.TransportISCSI),
 		},
 		Now: time.Now,
@@ -118,5 +193,30 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	return d.Run(ctx, c.endpoint, c.shutdownTimeout)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("csi server", func() error { return d.Run(ctx, c.endpoint, c.shutdownTimeout) })
+	if mode != heal.ModeOff {
+		run("monitor", func() error { return mon.Run(ctx) })
+	}
+	if c.metricsAddress != "" {
+		check := healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
+		run("metrics", func() error { return metrics.Serve(ctx, c.metricsAddress, m, check) })
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
 }

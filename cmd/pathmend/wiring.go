@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/monitor"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// withMonitorNotes adds what the monitor's last tick decided about a
+// volume (a deferred repair, a backed-off endpoint) to the condition its
+// attacher reads from sysfs, so an operator sees "1 of 2 paths live; …;
+// repair deferred: grace: nvme4 is 2s old, 3s left".
+type withMonitorNotes struct {
+	driver.Attacher
+	mon *monitor.Monitor
+}
+
+func (w withMonitorNotes) Health(ctx context.Context, rec volume.Record) volume.Condition {
+	c := w.Attacher.Health(ctx, rec)
+	if st, ok := w.mon.Status(rec.VolumeID); ok && len(st.Notes) > 0 && c.Abnormal() {
+		c.Message += "; " + strings.Join(st.Notes, "; ")
+	}
+	return c
+}
+
+// healthCheck is /healthz: the CSI server answers Probe over its socket,
+// and the monitor finished a tick within maxAge (unless healing is off).
+func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge time.Duration) metrics.HealthCheck {
+	return func(ctx context.Context) error {
+		path, err := driver.ParseEndpoint(endpoint)
+		if err != nil {
+			return err
+		}
+		conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
+		if err != nil {
+			return fmt.Errorf("CSI server does not answer: %w", err)
+		}
+		if !resp.GetReady().GetValue() {
+			return errors.New("CSI server is not ready")
+		}
+		if mode == heal.ModeOff {
+			return nil
+		}
+		last := mon.LastTick()
+		if last.IsZero() {
+			return errors.New("monitor has not finished a tick yet")
+		}
+		if age := time.Since(last); age > maxAge {
+			return fmt.Errorf("last monitor tick ended %s ago", age.Round(time.Second))
+		}
+		return nil
+	}
+}
