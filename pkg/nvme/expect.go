@@ -88,6 +88,12 @@ func (e *Expectation) matchIdentity(ns *Namespace) idMatch {
 	return idMatches
 }
 
+// Matches reports whether ns is the namespace e needs: every identity
+// field e gives that ns publishes is equal, and at least one was compared.
+func (e *Expectation) Matches(ns *Namespace) bool {
+	return e.matchIdentity(ns) == idMatches
+}
+
 // hexDigits lowercases s and drops dashes.
 func hexDigits(s string) string {
 	return strings.ToLower(strings.ReplaceAll(s, "-", ""))

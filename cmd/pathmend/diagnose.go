@@ -1,0 +1,384 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// diagnoseSchemaVersion is the schemaVersion of `pathmend diagnose --json`
+// (docs/diagnose.md). A change that breaks a reader of the previous
+// version must bump it.
+const diagnoseSchemaVersion = 1
+
+// Exit statuses of `pathmend diagnose`.
+const (
+	diagnoseHealthy = 0
+	diagnoseDefects = 1
+	diagnoseError   = 2
+)
+
+// runDiagnose is `pathmend diagnose`: one read of sysfs, Inspect, and a
+// report. It reads only; it writes nothing and starts no process.
+func runDiagnose(args []string, stdout, stderr io.Writer) int {
+	return diagnose(args, stdout, stderr, time.Now)
+}
+
+func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int {
+	fl := flag.NewFlagSet("diagnose", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	sysRoot := fl.String("sys-root", "/sys", "root of the sysfs tree to read")
+	stateDir := fl.String("state-dir", "/var/lib/pathmend", "directory of the staged-volume records (empty: none)")
+	asJSON := fl.Bool("json", false, "print the report as JSON (docs/diagnose.md)")
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return diagnoseHealthy
+		}
+		return diagnoseError
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "pathmend diagnose: unexpected arguments %q\n", fl.Args())
+		return diagnoseError
+	}
+	h, err := nvme.Read(sysfs.New(*sysRoot))
+	if err != nil {
+		fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
+		return diagnoseError
+	}
+	records, err := stagedRecords(*stateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
+		return diagnoseError
+	}
+	var want []nvme.Expectation
+	for _, r := range records {
+		if e, ok := nvme.ExpectationFromRecord(r); ok {
+			want = append(want, e)
+		}
+	}
+	rep := newReport(h, want, nvme.Inspect(h, want), now())
+	rep.SysRoot, rep.StateDir = *sysRoot, *stateDir
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.writeTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pathmend diagnose: write report: %v\n", err)
+		return diagnoseError
+	}
+	if len(rep.Defects) > 0 {
+		return diagnoseDefects
+	}
+	return diagnoseHealthy
+}
+
+// stagedRecords lists the records under dir without creating anything: a
+// missing state directory, or one without the records subdirectory the
+// store keeps them in (<dir>/volumes), is a node with no staged volume.
+func stagedRecords(dir string) ([]volume.Record, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(abs, "volumes")); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	store, err := volume.NewStore(abs)
+	if err != nil {
+		return nil, err
+	}
+	return store.List()
+}
+
+// report is the document `pathmend diagnose --json` prints.
+type report struct {
+	SchemaVersion int           `json:"schemaVersion"`
+	Time          time.Time     `json:"time"`
+	SysRoot       string        `json:"sysRoot"`
+	StateDir      string        `json:"stateDir"`
+	Healthy       bool          `json:"healthy"`
+	Subsystems    []subsysRep   `json:"subsystems"`
+	Orphans       []ctrlRep     `json:"unlistedControllers"`
+	Volumes       []volumeRep   `json:"volumes"`
+	Defects       []heal.Defect `json:"defects"`
+	Skipped       []nvme.Skip   `json:"skipped"`
+}
+
+type subsysRep struct {
+	Name        nvme.SubsystemName `json:"name"`
+	NQN         string             `json:"nqn"`
+	Model       string             `json:"model"`
+	Serial      string             `json:"serial"`
+	IOPolicy    string             `json:"iopolicy"`
+	Type        string             `json:"type"`
+	Controllers []ctrlRep          `json:"controllers"`
+	Namespaces  []nsRep            `json:"namespaces"`
+}
+
+type ctrlRep struct {
+	Name           nvme.ControllerName  `json:"name"`
+	State          nvme.ControllerState `json:"state"`
+	Transport      string               `json:"transport"`
+	Endpoint       string               `json:"endpoint"`
+	Address        string               `json:"address"`
+	CntlID         uint16               `json:"cntlid"`
+	CreatedAt      *time.Time           `json:"createdAt"`
+	AgeSeconds     *float64             `json:"ageSeconds"`
+	CtrlLossTmo    string               `json:"ctrlLossTmo"`
+	ReconnectDelay string               `json:"reconnectDelay"`
+	FastIOFailTmo  string               `json:"fastIOFailTmo"`
+	KATO           int                  `json:"kato"`
+	Legs           []legRep             `json:"legs"`
+}
+
+type legRep struct {
+	Device   nvme.DeviceName `json:"device"`
+	NSID     uint32          `json:"nsid"`
+	ANAState nvme.ANAState   `json:"anaState"`
+	ANAGroup uint32          `json:"anaGroup"`
+}
+
+type nsRep struct {
+	NSID      uint32            `json:"nsid"`
+	Devices   []nvme.DeviceName `json:"devices"`
+	NGUID     string            `json:"nguid"`
+	UUID      string            `json:"uuid"`
+	WWID      string            `json:"wwid"`
+	SizeBytes uint64            `json:"sizeBytes"`
+	Paths     []pathRep         `json:"paths"`
+	Volumes   []string          `json:"volumes"`
+}
+
+type pathRep struct {
+	Controller nvme.ControllerName `json:"controller"`
+	Device     nvme.DeviceName     `json:"device"`
+	ANAState   nvme.ANAState       `json:"anaState"`
+	ANAGroup   uint32              `json:"anaGroup"`
+}
+
+type volumeRep struct {
+	VolumeID string            `json:"volumeID"`
+	NQN      string            `json:"nqn"`
+	NSID     uint32            `json:"nsid,omitempty"`
+	NGUID    string            `json:"nguid,omitempty"`
+	UUID     string            `json:"uuid,omitempty"`
+	Devices  []nvme.DeviceName `json:"devices"`
+}
+
+// newReport turns one read and its diagnosis into a report. Lists are
+// never null in JSON, so a reader can iterate without checks.
+func newReport(h *nvme.Host, want []nvme.Expectation, defects []heal.Defect, now time.Time) *report {
+	rep := &report{
+		SchemaVersion: diagnoseSchemaVersion, Time: now, Healthy: len(defects) == 0,
+		Subsystems: []subsysRep{}, Orphans: []ctrlRep{}, Volumes: []volumeRep{},
+		Defects: nonNil(defects), Skipped: nonNil(h.Skipped),
+	}
+	legs := map[nvme.ControllerName][]legRep{}
+	for _, s := range h.Subsystems {
+		for _, ns := range s.Namespaces {
+			for _, p := range ns.Paths {
+				legs[p.Controller] = append(legs[p.Controller], legRep{p.Device, ns.NSID, p.ANAState, p.ANAGroup})
+			}
+		}
+	}
+	for _, c := range h.Controllers {
+		if c.Subsystem == "" {
+			rep.Orphans = append(rep.Orphans, newCtrlRep(c, legs[c.Name], now))
+		}
+	}
+	for _, e := range want {
+		rep.Volumes = append(rep.Volumes, volumeRep{VolumeID: e.VolumeID, NQN: e.NQN, NSID: e.NSID, NGUID: e.NGUID, UUID: e.UUID, Devices: []nvme.DeviceName{}})
+	}
+	for _, s := range h.Subsystems {
+		sr := subsysRep{Name: s.Name, NQN: s.NQN, Model: s.Model, Serial: s.Serial, IOPolicy: s.IOPolicy, Type: s.Type,
+			Controllers: []ctrlRep{}, Namespaces: []nsRep{}}
+		for _, name := range s.Controllers {
+			if c, ok := h.Controller(name); ok {
+				sr.Controllers = append(sr.Controllers, newCtrlRep(*c, legs[name], now))
+			}
+		}
+		for _, ns := range s.Namespaces {
+			nr := nsRep{NSID: ns.NSID, Devices: ns.Devices(), NGUID: ns.NGUID, UUID: ns.UUID, WWID: ns.WWID,
+				SizeBytes: ns.Sectors * 512, Paths: []pathRep{}, Volumes: []string{}}
+			for _, p := range ns.Paths {
+				nr.Paths = append(nr.Paths, pathRep{p.Controller, p.Device, p.ANAState, p.ANAGroup})
+			}
+			for i, e := range want {
+				if e.NQN == s.NQN && e.Matches(&ns) {
+					nr.Volumes = append(nr.Volumes, e.VolumeID)
+					rep.Volumes[i].Devices = append(rep.Volumes[i].Devices, nr.Devices...)
+				}
+			}
+			sr.Namespaces = append(sr.Namespaces, nr)
+		}
+		rep.Subsystems = append(rep.Subsystems, sr)
+	}
+	return rep
+}
+
+func newCtrlRep(c nvme.Controller, legs []legRep, now time.Time) ctrlRep {
+	r := ctrlRep{
+		Name: c.Name, State: c.State, Transport: c.Transport, Endpoint: c.Endpoint().String(),
+		Address: c.RawAddress, CntlID: c.CntlID, KATO: c.KATO, Legs: nonNil(legs),
+		CtrlLossTmo: c.CtrlLossTmo.String(), ReconnectDelay: c.ReconnectDelay.String(), FastIOFailTmo: c.FastIOFailTmo.String(),
+	}
+	if !c.CreatedAt.IsZero() {
+		created, age := c.CreatedAt, now.Sub(c.CreatedAt).Seconds()
+		r.CreatedAt, r.AgeSeconds = &created, &age
+	}
+	return r
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// writeTable prints the report for a terminal: per subsystem a table of
+// its controllers and one of its namespaces, then the staged volumes, then
+// the defects with their teardown plans.
+func (r *report) writeTable(out io.Writer) error {
+	w := &stickyWriter{w: out}
+	for _, s := range r.Subsystems {
+		fmt.Fprintf(w, "%s  %s  iopolicy %s  model %s\n", s.Name, s.NQN, dash(s.IOPolicy), dash(s.Model))
+		writeRows(w, ctrlRows(s.Controllers))
+		if len(s.Namespaces) == 0 {
+			fmt.Fprintln(w, "  (no namespace)")
+		}
+		rows := [][]string{{"NSID", "DEVICES", "SIZE", "WWID", "PATHS", "VOLUMES"}}
+		for _, ns := range s.Namespaces {
+			var paths []string
+			for _, p := range ns.Paths {
+				paths = append(paths, string(p.Controller)+" "+dash(string(p.ANAState)))
+			}
+			rows = append(rows, []string{fmt.Sprint(ns.NSID), joinNames(ns.Devices), sizeString(ns.SizeBytes),
+				dash(ns.WWID), dash(strings.Join(paths, ", ")), dash(strings.Join(ns.Volumes, ", "))})
+		}
+		if len(rows) > 1 {
+			writeRows(w, rows)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(r.Orphans) > 0 {
+		fmt.Fprintln(w, "controllers no subsystem lists")
+		writeRows(w, ctrlRows(r.Orphans))
+		fmt.Fprintln(w)
+	}
+	if len(r.Volumes) > 0 {
+		rows := [][]string{{"VOLUME", "NQN", "DEVICES"}}
+		for _, v := range r.Volumes {
+			rows = append(rows, []string{v.VolumeID, v.NQN, dash(joinNames(v.Devices))})
+		}
+		writeRows(w, rows)
+		fmt.Fprintln(w)
+	}
+	for _, s := range r.Skipped {
+		fmt.Fprintf(w, "skipped %s: %s\n", s.Path, s.Reason)
+	}
+	if len(r.Defects) == 0 {
+		fmt.Fprintln(w, "No defects.")
+		return w.err
+	}
+	fmt.Fprintf(w, "%d defect(s):\n", len(r.Defects))
+	for i, d := range r.Defects {
+		fmt.Fprintf(w, "%d. %s (%s scope) %s\n   key: %s\n   %s\n", i+1, d.Kind, d.Scope, d.Subject, d.Key, d.Detail)
+		for j, p := range d.Teardown {
+			fmt.Fprintf(w, "   teardown %d: %s %s, %s, access %s\n", j+1, p.Name, p.Endpoint, p.State, dash(p.Access))
+		}
+		for _, c := range d.CoTenants {
+			fmt.Fprintf(w, "   co-tenant: %s (%s)\n", c.Namespace, c.Device)
+		}
+		if len(d.Volumes) > 0 {
+			fmt.Fprintf(w, "   volumes: %s\n", strings.Join(d.Volumes, ", "))
+		}
+	}
+	return w.err
+}
+
+// ctrlRows is the controller table, header first.
+func ctrlRows(cs []ctrlRep) [][]string {
+	rows := [][]string{{"CONTROLLER", "STATE", "ENDPOINT", "CNTLID", "AGE", "LEGS"}}
+	for _, c := range cs {
+		age := "?"
+		if c.AgeSeconds != nil {
+			age = time.Duration(*c.AgeSeconds * float64(time.Second)).Round(time.Second).String()
+		}
+		var legs []string
+		for _, l := range c.Legs {
+			legs = append(legs, string(l.Device)+" "+dash(string(l.ANAState)))
+		}
+		rows = append(rows, []string{string(c.Name), string(c.State), c.Endpoint, fmt.Sprint(c.CntlID), age, dash(strings.Join(legs, ", "))})
+	}
+	return rows
+}
+
+// writeRows prints rows as an indented table with aligned columns.
+func writeRows(w io.Writer, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, "  "+strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// stickyWriter remembers the first write error, so a report is written
+// without checking every Fprintf.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
+}
+
+func joinNames(ds []nvme.DeviceName) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = string(d)
+	}
+	return strings.Join(s, ",")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// sizeString renders bytes in binary units: "64 MiB".
+func sizeString(b uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	i := 0
+	for v := b; v >= 1024 && i < len(units)-1 && v%1024 == 0; v /= 1024 {
+		i++
+	}
+	return fmt.Sprintf("%d %s", b>>(10*i), units[i])
+}
