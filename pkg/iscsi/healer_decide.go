@@ -147,7 +147,7 @@ func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 func (h *SessionHealer) settle(r *Report, err error) {
 	if err != nil {
 		r.Verdict, r.Err = heal.Failed, err
-		r.Reason = string(r.Kick) + " failed: " + r.Reason
+		r.Reason = string(r.Kick) + " failed; chosen because " + r.Reason
 		h.logVerdict(*r)
 		return
 	}
