@@ -26,13 +26,29 @@ func capture(t testing.TB, name string) sysfs.FS {
 	return sysfs.New(dir)
 }
 
-// readCapture reads a lab capture once.
+// captures caches the snapshot of each lab capture: snapshots are
+// immutable, so tests share them (and change copies: withState).
+var captures struct {
+	sync.Mutex
+	m map[string]*Snapshot
+}
+
+// readCapture reads a lab capture (once per test binary).
 func readCapture(t testing.TB, name string) *Snapshot {
 	t.Helper()
+	captures.Lock()
+	defer captures.Unlock()
+	if s, ok := captures.m[name]; ok {
+		return s
+	}
 	s, err := Read(capture(t, name), t0)
 	if err != nil {
 		t.Fatalf("read %s: %v", name, err)
 	}
+	if captures.m == nil {
+		captures.m = map[string]*Snapshot{}
+	}
+	captures.m[name] = s
 	return s
 }
 

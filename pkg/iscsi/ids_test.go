@@ -1,6 +1,7 @@
 package iscsi
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -56,6 +57,26 @@ func FuzzParseSCSIAddress(f *testing.F) {
 		}
 		if strings.HasPrefix(s, "target") {
 			_, _, _, _ = parseTargetDir(s)
+		}
+	})
+}
+
+// The decimal parser behind every sysfs number accepts exactly the
+// kernel's spelling and round-trips it.
+func FuzzParseNonNegative(f *testing.F) {
+	for _, s := range []string{"0", "3260", "65536", "007", "+1", " 1", "1e3", "999999999", "1000000000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := parseNonNegative(s)
+		if err != nil {
+			return
+		}
+		if n < 0 || strconv.Itoa(n) != s {
+			t.Fatalf("%q parsed to %d", s, n)
+		}
+		if p, err := parsePort(s); err == nil && (p > 65535 || p != n) {
+			t.Fatalf("port %q parsed to %d", s, p)
 		}
 	})
 }

@@ -119,7 +119,7 @@ func simplifyDialError(err error) error {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("connect timed out: %w", err)
 		}
-		return fmt.Errorf("connect: %w", op.Err)
+		return op.Err // "connect: connection refused", errno kept
 	}
 	return err
 }
