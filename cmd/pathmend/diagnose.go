@@ -37,6 +37,9 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	return diagnose(args, stdout, stderr, time.Now)
 }
 
+// diagnose is runDiagnose with an injected clock (ages are relative to
+// now()). Flags are parsed into locals: there is no state to share with
+// serve.
 func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int {
 	fl := flag.NewFlagSet("diagnose", flag.ContinueOnError)
 	fl.SetOutput(stderr)
@@ -63,6 +66,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 		fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
 		return diagnoseError
 	}
+	// iSCSI records yield no expectation; their paths are not NVMe's.
 	var want []nvme.Expectation
 	for _, r := range records {
 		if e, ok := nvme.ExpectationFromRecord(r); ok {
@@ -109,7 +113,9 @@ func stagedRecords(dir string) ([]volume.Record, error) {
 	return store.List()
 }
 
-// report is the document `pathmend diagnose --json` prints.
+// report is the document `pathmend diagnose --json` prints; the field
+// names and their meaning are the versioned schema of docs/diagnose.md,
+// so a change here is a change there (and maybe of the schemaVersion).
 type report struct {
 	SchemaVersion int           `json:"schemaVersion"`
 	Time          time.Time     `json:"time"`
@@ -123,6 +129,7 @@ type report struct {
 	Skipped       []nvme.Skip   `json:"skipped"`
 }
 
+// subsysRep is one kernel subsystem instance with what it holds.
 type subsysRep struct {
 	Name        nvme.SubsystemName `json:"name"`
 	NQN         string             `json:"nqn"`
@@ -134,6 +141,8 @@ type subsysRep struct {
 	Namespaces  []nsRep            `json:"namespaces"`
 }
 
+// ctrlRep is one controller. CreatedAt and AgeSeconds are null when the
+// age is unknown; timeouts print as the kernel does ("off" or seconds).
 type ctrlRep struct {
 	Name           nvme.ControllerName  `json:"name"`
 	State          nvme.ControllerState `json:"state"`
@@ -147,16 +156,11 @@ type ctrlRep struct {
 	ReconnectDelay string               `json:"reconnectDelay"`
 	FastIOFailTmo  string               `json:"fastIOFailTmo"`
 	KATO           int                  `json:"kato"`
-	Legs           []legRep             `json:"legs"`
+	Legs           []pathRep            `json:"legs"`
 }
 
-type legRep struct {
-	Device   nvme.DeviceName `json:"device"`
-	NSID     uint32          `json:"nsid"`
-	ANAState nvme.ANAState   `json:"anaState"`
-	ANAGroup uint32          `json:"anaGroup"`
-}
-
+// nsRep is one namespace with its block devices and the staged volumes
+// whose identity it matches.
 type nsRep struct {
 	NSID      uint32            `json:"nsid"`
 	Devices   []nvme.DeviceName `json:"devices"`
@@ -168,13 +172,16 @@ type nsRep struct {
 	Volumes   []string          `json:"volumes"`
 }
 
+// pathRep is one leg: in a controller's legs and in a namespace's paths.
 type pathRep struct {
 	Controller nvme.ControllerName `json:"controller"`
 	Device     nvme.DeviceName     `json:"device"`
-	ANAState   nvme.ANAState       `json:"anaState"`
-	ANAGroup   uint32              `json:"anaGroup"`
+	NSID       uint32              `json:"nsid"`
+	ANAState   nvme.ANAState       `json:"anaState"` // "" without ANA
+	ANAGroup   uint32              `json:"anaGroup"` // 0 without ANA
 }
 
+// volumeRep is one staged NVMe/TCP volume and the devices found for it.
 type volumeRep struct {
 	VolumeID string            `json:"volumeID"`
 	NQN      string            `json:"nqn"`
@@ -192,11 +199,11 @@ func newReport(h *nvme.Host, want []nvme.Expectation, defects []heal.Defect, now
 		Subsystems: []subsysRep{}, Orphans: []ctrlRep{}, Volumes: []volumeRep{},
 		Defects: nonNil(defects), Skipped: nonNil(h.Skipped),
 	}
-	legs := map[nvme.ControllerName][]legRep{}
+	legs := map[nvme.ControllerName][]pathRep{}
 	for _, s := range h.Subsystems {
 		for _, ns := range s.Namespaces {
 			for _, p := range ns.Paths {
-				legs[p.Controller] = append(legs[p.Controller], legRep{p.Device, ns.NSID, p.ANAState, p.ANAGroup})
+				legs[p.Controller] = append(legs[p.Controller], pathRep{p.Controller, p.Device, ns.NSID, p.ANAState, p.ANAGroup})
 			}
 		}
 	}
@@ -220,7 +227,7 @@ func newReport(h *nvme.Host, want []nvme.Expectation, defects []heal.Defect, now
 			nr := nsRep{NSID: ns.NSID, Devices: ns.Devices(), NGUID: ns.NGUID, UUID: ns.UUID, WWID: ns.WWID,
 				SizeBytes: ns.Sectors * 512, Paths: []pathRep{}, Volumes: []string{}}
 			for _, p := range ns.Paths {
-				nr.Paths = append(nr.Paths, pathRep{p.Controller, p.Device, p.ANAState, p.ANAGroup})
+				nr.Paths = append(nr.Paths, pathRep{p.Controller, p.Device, ns.NSID, p.ANAState, p.ANAGroup})
 			}
 			for i, e := range want {
 				if e.NQN == s.NQN && e.Matches(&ns) {
@@ -235,7 +242,9 @@ func newReport(h *nvme.Host, want []nvme.Expectation, defects []heal.Defect, now
 	return rep
 }
 
-func newCtrlRep(c nvme.Controller, legs []legRep, now time.Time) ctrlRep {
+// newCtrlRep reports one controller; its age is unknown (null) when the
+// read could not tell when the kernel created it.
+func newCtrlRep(c nvme.Controller, legs []pathRep, now time.Time) ctrlRep {
 	r := ctrlRep{
 		Name: c.Name, State: c.State, Transport: c.Transport, Endpoint: c.Endpoint().String(),
 		Address: c.RawAddress, CntlID: c.CntlID, KATO: c.KATO, Legs: nonNil(legs),
@@ -248,6 +257,7 @@ func newCtrlRep(c nvme.Controller, legs []legRep, now time.Time) ctrlRep {
 	return r
 }
 
+// nonNil keeps empty lists "[]" in JSON.
 func nonNil[T any](s []T) []T {
 	if s == nil {
 		return []T{}
@@ -349,6 +359,7 @@ type stickyWriter struct {
 	err error
 }
 
+// Write writes p unless an earlier write failed.
 func (s *stickyWriter) Write(p []byte) (int, error) {
 	if s.err != nil {
 		return 0, s.err
@@ -358,6 +369,7 @@ func (s *stickyWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// joinNames renders device names "nvme0n1,nvme1n1".
 func joinNames(ds []nvme.DeviceName) string {
 	s := make([]string, len(ds))
 	for i, d := range ds {
@@ -366,6 +378,7 @@ func joinNames(ds []nvme.DeviceName) string {
 	return strings.Join(s, ",")
 }
 
+// dash stands in for an empty table cell.
 func dash(s string) string {
 	if s == "" {
 		return "-"
