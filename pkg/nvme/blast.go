@@ -65,6 +65,9 @@ func (in *inspection) teardown(s *Subsystem, names []ControllerName, scope []*Na
 				}
 			}
 		}
+		// Tier 0 goes first: a controller that is not live carries no
+		// I/O now, so releasing it costs nothing. Then the live ones by
+		// how much they contribute.
 		tier := 0
 		switch {
 		case c.State != StateLive:
@@ -124,6 +127,8 @@ func (in *inspection) coTenants(s *Subsystem, gone []ControllerName, subjects []
 			legsOut++
 			usableOut = usableOut || u
 		}
+		// Untouched, still usable elsewhere, or already unusable with a
+		// leg left that may recover: not stranded by this teardown.
 		if legsIn == 0 || usableOut || (!usableNow && legsOut > 0) {
 			continue
 		}

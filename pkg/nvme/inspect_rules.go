@@ -70,6 +70,8 @@ func (in *inspection) namespaceMissing(s *Subsystem) (heal.Defect, bool) {
 // controller that is recovering, being deleted or in a state this package
 // does not know yields nothing beyond the unlisted-endpoint rule.
 func (in *inspection) controllerDefect(s *Subsystem, c *Controller) (heal.Defect, bool) {
+	// The kernel is already removing a deleting controller, and a state
+	// this package does not know is no evidence of anything.
 	if c == nil || c.State.Deleting() || !c.State.Known() {
 		return heal.Defect{}, false
 	}
@@ -92,6 +94,8 @@ func (in *inspection) controllerDefect(s *Subsystem, c *Controller) (heal.Defect
 		d.CoTenants = in.coTenants(s, gone, nil)
 		return d, true
 	}
+	// Only a live controller has finished its namespace scan; one that
+	// is reconnecting keeps its legs or gets them when it is live again.
 	if c.State != StateLive || len(s.Namespaces) == 0 {
 		return heal.Defect{}, false
 	}

@@ -29,6 +29,10 @@ func (r *reader) subsystem(name SubsystemName) (Subsystem, error) {
 	if s.Type, err = r.optional(dir, "subsystype", entries); err != nil {
 		return Subsystem{}, err
 	}
+	// The directory holds attributes, one link per member controller
+	// (nvme<X>) and, with native multipath, one directory per head
+	// (nvme<N>n<H>). Everything else (power/, uevent, the subsystem
+	// class link) is not pathmend's business.
 	for _, e := range entries {
 		if c := ControllerName(e); c.Instance() >= 0 {
 			s.Controllers = append(s.Controllers, c)
@@ -107,6 +111,9 @@ func (r *reader) controller(name ControllerName, sub SubsystemName) (Controller,
 		return Controller{}, nil, err
 	}
 
+	// Legs (nvme<N>c<X>n<H>) and, with multipath off, the controller's
+	// own disks (nvme<X>n<H>) are child directories; the generic
+	// character devices (ng<X>n<H>) and everything else do not parse.
 	var devs []ctrlDisk
 	for _, e := range entries {
 		d, ok := parseDiskName(e)
@@ -163,6 +170,8 @@ func (r *reader) controllerAttrs(dir string, entries []string, c *Controller) er
 	if c.KATO, err = parseInt(kato); err != nil {
 		return fmt.Errorf("parse %s/kato: %w", dir, err)
 	}
+	// A PCIe controller's address is its PCI slot, not key=value pairs,
+	// and it has no fabrics options; nvme-loop publishes no address.
 	if !c.Fabrics() {
 		c.RawAddress, err = r.optional(dir, "address", entries)
 		return err
@@ -243,6 +252,9 @@ func (r *reader) attach(s *Subsystem, c *Controller, devs []ctrlDisk) {
 			r.skip(where, s.Name, "leg without namespace head "+string(d.disk.headName()))
 			continue
 		case i < 0:
+			// The first per-controller disk of a namespace (multipath
+			// off) describes it; the others share its head instance and
+			// so its identity.
 			ns := *d.ns
 			ns.Subsystem = s.Name
 			s.Namespaces = append(s.Namespaces, ns)

@@ -70,6 +70,8 @@ func (b *builder) link(p, target string) {
 func (b *builder) subsystem(s Subsystem, multipath bool) {
 	name := "nvme-subsys" + strconv.Itoa(s.Instance)
 	dir := subsysDir + "/" + name
+	// The kernel creates the subsystem with its first controller, so it
+	// is as old as the oldest one.
 	var oldest time.Duration
 	for _, c := range s.Controllers {
 		oldest = max(oldest, c.Age)
@@ -116,6 +118,8 @@ func (b *builder) controller(s Subsystem, c Controller, multipath bool) {
 	b.file(dir+"/state", 0o444, c.State)
 	b.file(dir+"/subsysnqn", 0o444, s.NQN)
 	b.file(dir+"/transport", 0o444, c.Transport)
+	// Legs in head order, so that the fixture is the same for the same
+	// topology (map iteration order is random).
 	heads := make([]int, 0, len(c.Legs))
 	for h := range c.Legs {
 		heads = append(heads, h)
@@ -127,6 +131,9 @@ func (b *builder) controller(s Subsystem, c Controller, multipath bool) {
 			continue // a leg needs a namespace to describe it
 		}
 		ns := s.Namespaces[i]
+		// With multipath the leg is named after the subsystem and hidden
+		// below the controller; without, the controller's own disk is a
+		// block device of its own, named after the controller.
 		disk := name + "n" + strconv.Itoa(h)
 		if multipath {
 			disk = "nvme" + strconv.Itoa(s.Instance) + "c" + strconv.Itoa(c.Instance) + "n" + strconv.Itoa(h)
