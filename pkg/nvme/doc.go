@@ -11,7 +11,7 @@
 // # Sysfs layout read (Linux 6.1, the kernel of the lab fixtures)
 //
 // The fixtures under testdata/fixtures were captured from Debian's
-// 6.1.0 kernel with native multipath on. Paths are relative to the sysfs
+// 6.1.0-57-amd64 kernel with native multipath on (nvme_core.multipath=Y). Paths are relative to the sysfs
 // root:
 //
 //	class/nvme-subsystem/nvme-subsysN -> devices/virtual/nvme-subsystem/nvme-subsysN

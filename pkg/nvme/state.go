@@ -37,13 +37,6 @@ func (s ControllerState) Known() bool {
 	return false
 }
 
-// Recovering reports whether the kernel is still trying to bring the
-// controller back (resetting or connecting). Such a controller is not a
-// defect of diagnosis; its reconnect is the kernel's business.
-func (s ControllerState) Recovering() bool {
-	return s == StateResetting || s == StateConnecting
-}
-
 // Deleting reports whether the kernel is already deleting the controller.
 func (s ControllerState) Deleting() bool {
 	return s == StateDeleting || s == StateDeletingNoIO
