@@ -48,8 +48,11 @@
 // the listing and the read (ENOENT on the attribute and on the directory)
 // is a race with the kernel: it is left out and recorded in Host.Skipped
 // with its subsystem, and Inspect decides nothing about that subsystem.
-// A leg whose head does not exist (a namespace being added or removed) is
-// recorded the same way.
+// The kernel removes a device's class link (class/nvme/<ctrl>,
+// block/<disk>) before its attributes and its attributes before its
+// directory, so a missing attribute whose link (for a leg: whose nsid) is
+// gone too is such a race as well. A leg whose head does not exist (a
+// namespace being added or removed) is recorded the same way.
 //
 // # Defect rules
 //

@@ -3,6 +3,8 @@ package nvme
 import (
 	"errors"
 	"fmt"
+
+	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
 // subsystem reads class/nvme-subsystem/<name>: its attributes, the links
@@ -43,7 +45,7 @@ func (r *reader) subsystem(name SubsystemName) (Subsystem, error) {
 			continue
 		}
 		ns := Namespace{Subsystem: name, HeadInstance: d.head, Head: DeviceName(e)}
-		err := r.identity(dir+"/"+e, &ns)
+		err := r.identity(dir+"/"+e, "block/"+e, &ns)
 		if errors.Is(err, errVanished) {
 			r.skip(dir+"/"+e, name, errVanished.Error())
 			continue
@@ -60,8 +62,10 @@ func (r *reader) subsystem(name SubsystemName) (Subsystem, error) {
 // identity reads the namespace identity attributes of a head or
 // per-controller disk (drivers/nvme/host/core.c, nvme_ns_id_attrs). nsid,
 // wwid and size are always published; the kernel hides nguid when it is
-// zero and uuid when both it and the NGUID are.
-func (r *reader) identity(dir string, ns *Namespace) error {
+// zero and uuid when both it and the NGUID are. link is the disk's
+// block/<disk> entry, the witness of a deletion in progress.
+func (r *reader) identity(dir, link string, ns *Namespace) (err error) {
+	defer func() { err = r.diskGone(link, err) }()
 	nsid, err := r.number(dir, "nsid", 32)
 	if err != nil {
 		return err
@@ -125,7 +129,7 @@ func (r *reader) controller(name ControllerName, sub SubsystemName) (Controller,
 		var err error
 		if !d.isLeg() {
 			cd.ns = &Namespace{HeadInstance: d.head}
-			err = r.identity(devDir, cd.ns)
+			err = r.identity(devDir, "block/"+e, cd.ns)
 		}
 		if err == nil {
 			err = r.ana(devDir, &cd.path)
@@ -201,17 +205,19 @@ func (r *reader) controllerAttrs(dir string, entries []string, c *Controller) er
 }
 
 // ana reads the optional ANA attributes of a leg or per-controller disk.
-// The kernel hides both when the controller does not use ANA; since a
-// vanished leg would look the same, a missing ana_state is confirmed by
-// checking that the leg directory still exists.
+// The kernel hides both when the controller does not use ANA; a leg being
+// deleted looks the same, because the kernel removes the disk's attribute
+// group (nsid, ana_state, ana_grpid, …) before its directory. So a missing
+// ana_state means "no ANA" only while the leg's nsid is still there.
 func (r *reader) ana(dir string, p *Path) error {
+	witness := dir + "/nsid"
 	state, ok, err := r.attrs.ReadOptionalAttr(dir + "/ana_state")
 	if err != nil {
-		return r.vanished(dir, err)
+		return r.diskGone(witness, r.vanished(dir, err))
 	}
 	if !ok {
-		if _, err := r.fs.Stat(dir); err != nil {
-			return r.vanished(dir, err)
+		if _, err := r.fs.Stat(witness); err != nil {
+			return r.diskGone(witness, r.vanished(dir, err))
 		}
 		return nil
 	}
@@ -219,7 +225,7 @@ func (r *reader) ana(dir string, p *Path) error {
 	// The kernel publishes ana_grpid together with ana_state.
 	grp, err := r.attr(dir, "ana_grpid")
 	if err != nil {
-		return err
+		return r.diskGone(witness, err)
 	}
 	g, err := parseUint(grp, 32)
 	if err != nil {
@@ -227,6 +233,21 @@ func (r *reader) ana(dir string, p *Path) error {
 	}
 	p.ANAGroup = uint32(g)
 	return nil
+}
+
+// diskGone turns a missing attribute of a namespace block device into
+// errVanished when witness is gone too: del_gendisk removes the disk's
+// block/<disk> link, then its attribute groups, then its directory, so a
+// read in between finds the directory without attributes. With the
+// witness still present a missing attribute stays an error.
+func (r *reader) diskGone(witness string, err error) error {
+	if err == nil || errors.Is(err, errVanished) || !sysfs.IsNotExist(err) {
+		return err
+	}
+	if _, serr := r.fs.Stat(witness); sysfs.IsNotExist(serr) {
+		return errVanished
+	}
+	return err
 }
 
 // attach hangs the namespace devices of controller c on its subsystem s.

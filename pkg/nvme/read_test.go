@@ -211,6 +211,47 @@ func TestRead_ObjectsVanishingMidReadAreSkipped(t *testing.T) {
 	}
 }
 
+// A disk being deleted (del_gendisk) loses its block/<disk> link, then its
+// attributes, then its directory: a read in that window is a race too.
+func TestRead_DisksBeingDeletedAreSkipped(t *testing.T) {
+	f := twoPathTopology().Fixture()
+	head := subsysDev(2) + "/nvme2n2"
+	leg := ctl(1) + "/nvme2c1n1"
+	for _, tc := range []struct {
+		name string
+		gone []string
+		skip []string
+	}{
+		{"head without attributes and block link", []string{"block/nvme2n2", head + "/nsid", head + "/wwid"},
+			[]string{"class/nvme-subsystem/nvme-subsys2/nvme2n2", "class/nvme/nvme0/nvme2c0n2", "class/nvme/nvme1/nvme2c1n2"}},
+		{"head losing its attributes after nsid was read", []string{"block/nvme2n2", head + "/size"},
+			[]string{"class/nvme-subsystem/nvme-subsys2/nvme2n2", "class/nvme/nvme0/nvme2c0n2", "class/nvme/nvme1/nvme2c1n2"}},
+		{"leg without its attribute group", []string{leg + "/nsid", leg + "/ana_state", leg + "/ana_grpid"},
+			[]string{"class/nvme/nvme1/nvme2c1n1"}},
+		{"leg losing ana_grpid with its group", []string{leg + "/nsid", leg + "/ana_grpid"},
+			[]string{"class/nvme/nvme1/nvme2c1n1"}},
+	} {
+		h := mustRead(t, materialize(t, without(f, tc.gone...)))
+		var got []string
+		for _, s := range h.Skipped {
+			got = append(got, s.Path)
+			if s.Subsystem != "nvme-subsys2" {
+				t.Errorf("%s: skip %+v does not name the subsystem", tc.name, s)
+			}
+		}
+		if d := cmp.Diff(tc.skip, got); d != "" {
+			t.Errorf("%s: skipped (-want +got):\n%s", tc.name, d)
+		}
+	}
+	// With the witness still there, a missing attribute is an error.
+	if _, err := Read(materialize(t, without(f, leg+"/ana_state"))); err != nil {
+		t.Errorf("a leg without ANA attributes: %v", err)
+	}
+	if _, err := Read(materialize(t, without(f, head+"/size"))); err == nil {
+		t.Error("a head without size but with its block link read without error")
+	}
+}
+
 func TestRead_LegsWithoutANAAndNonFabricsControllers(t *testing.T) {
 	topo := twoPathTopology()
 	topo.Subsystems[0].Controllers[1].Legs = legs(nvmetest.NoANA, 1, 2)
