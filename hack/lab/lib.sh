@@ -35,14 +35,17 @@ lab_need_root() {
 	[ "$(id -u)" = 0 ] || lab_die "the lab must run as root (debootstrap, device nodes)"
 }
 
-# lab_apt_updated runs apt-get update once per hour at most: a fresh
+# lab_apt_update runs apt-get update once per hour at most: a fresh
 # machine has empty package lists and apt-cache answers nothing before it.
 lab_apt_update() {
 	local stamp=$LAB_CACHE/apt-updated
 	mkdir -p "$LAB_CACHE"
 	if [ -z "$(find "$stamp" -mmin -60 2>/dev/null)" ] || ! apt-cache show linux-image-amd64 >/dev/null 2>&1; then
 		lab_step "apt-get update"
-		timeout 600 apt-get update -qq >&2 || lab_die "apt-get update failed"
+		timeout 600 apt-get update -qq >"$LAB_CACHE/apt-update.log" 2>&1 || {
+			tail -n 30 "$LAB_CACHE/apt-update.log" >&2
+			lab_die "apt-get update failed"
+		}
 		touch "$stamp"
 	fi
 }
@@ -60,8 +63,11 @@ lab_host_packages() {
 	lab_need_root
 	lab_apt_update
 	lab_step "Installing host packages: ${missing[*]}"
-	DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 ||
+	if ! DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends \
+		"${missing[@]}" >"$LAB_CACHE/apt-install.log" 2>&1; then
+		tail -n 30 "$LAB_CACHE/apt-install.log" >&2
 		lab_die "apt-get install ${missing[*]} failed"
+	fi
 }
 
 # LAB_HOST_PACKAGES is every host command the lab uses and the Debian

@@ -61,7 +61,7 @@ func run(args []string, w io.Writer) error {
 	info, err := id.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("GetPluginInfo: %w", err)
+		return fmt.Errorf("call GetPluginInfo: %w", err)
 	}
 	fmt.Fprintf(w, "GetPluginInfo:         name=%s vendor_version=%s\n", info.GetName(), info.GetVendorVersion())
 
@@ -69,7 +69,7 @@ func run(args []string, w io.Writer) error {
 	caps, err := id.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("GetPluginCapabilities: %w", err)
+		return fmt.Errorf("call GetPluginCapabilities: %w", err)
 	}
 	var names []string
 	for _, c := range caps.GetCapabilities() {
@@ -86,7 +86,7 @@ func run(args []string, w io.Writer) error {
 	probe, err := id.Probe(ctx, &csi.ProbeRequest{})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("Probe: %w", err)
+		return fmt.Errorf("call Probe: %w", err)
 	}
 	ready := probe.GetReady() == nil || probe.GetReady().GetValue()
 	fmt.Fprintf(w, "Probe:                 ready=%t\n", ready)
@@ -95,7 +95,7 @@ func run(args []string, w io.Writer) error {
 	ni, err := node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("NodeGetInfo: %w", err)
+		return fmt.Errorf("call NodeGetInfo: %w", err)
 	}
 	fmt.Fprintf(w, "NodeGetInfo:           node_id=%s max_volumes_per_node=%d topology=%v\n",
 		ni.GetNodeId(), ni.GetMaxVolumesPerNode(), ni.GetAccessibleTopology().GetSegments())
@@ -104,7 +104,7 @@ func run(args []string, w io.Writer) error {
 	nc, err := node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("NodeGetCapabilities: %w", err)
+		return fmt.Errorf("call NodeGetCapabilities: %w", err)
 	}
 	names = names[:0]
 	for _, c := range nc.GetCapabilities() {
@@ -112,7 +112,7 @@ func run(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "NodeGetCapabilities:   %s\n", orNone(names))
 	if !ready {
-		return errors.New("Probe: plugin not ready")
+		return errors.New("plugin not ready (Probe)")
 	}
 	return nil
 }

@@ -8,8 +8,8 @@
 # root filesystem, the kernel modules the lab needs, and the overlay in
 # image/overlay (the guest init and its configuration).
 #
-# Cache key: sha256 of this script, lib.sh, the package and module lists,
-# the overlay, the suite and the resolved kernel package and version. A
+# Cache key: sha256 of this script, the package and module lists, the
+# overlay, the suite and the resolved kernel package and version. A
 # rerun with the same inputs prints the cached directory without building.
 #
 # Environment: PATHMEND_LAB_CACHE (cache root), PATHMEND_LAB_MIRROR,
@@ -50,7 +50,7 @@ KVER=${KPKG#linux-image-}
 key=$(
 	{
 		echo "suite=$LAB_SUITE kernel=$KPKG=$KPKGVER"
-		cat "$IMAGE_SRC/build.sh" "$LAB_DIR/lib.sh" "$LAB_DIR/rootfs.packages" "$LAB_DIR/modules.list"
+		cat "$IMAGE_SRC/build.sh" "$LAB_DIR/rootfs.packages" "$LAB_DIR/modules.list"
 		(cd "$IMAGE_SRC/overlay" && find . -type f | LC_ALL=C sort | while read -r f; do
 			echo "$f"
 			cat "$f"
