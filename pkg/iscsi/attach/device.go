@@ -248,8 +248,8 @@ func checkBlockNode(path, devt string) error {
 
 // devMajorMinor splits a Linux dev_t (glibc's gnu_dev_major/minor).
 func devMajorMinor(dev uint64) (major, minor uint64) {
-	major = (dev>>8)&0xfff | (dev>>32)&^uint64(0xfff)
-	minor = dev&0xff | (dev>>12)&^uint64(0xff)
+	major = (dev&0x00000000000fff00)>>8 | (dev&0xfffff00000000000)>>32
+	minor = dev&0x00000000000000ff | (dev&0x00000ffffff00000)>>12
 	return major, minor
 }
 

@@ -1,0 +1,217 @@
+package attach
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// captureLogs sends klog output at verbosity v to a buffer for this test.
+func captureLogs(t *testing.T, v string) *bytes.Buffer {
+	t.Helper()
+	var buf bytes.Buffer
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	if err := fs.Parse([]string{"-logtostderr=false", "-alsologtostderr=false", "-v=" + v}); err != nil {
+		t.Fatal(err)
+	}
+	klog.SetOutput(&buf)
+	t.Cleanup(func() {
+		klog.SetOutput(nil)
+		_ = fs.Set("logtostderr", "true")
+		_ = fs.Set("v", "0")
+	})
+	return &buf
+}
+
+var chap = volume.Secrets{CHAPUsername: "node-user", CHAPPassword: "chap-Secret-42", CHAPUsernameIn: "tgt-user", CHAPPasswordIn: "mutual-Secret-43"}
+
+// Two portals with multipathd: both log in, the map over both disks is
+// the device, the node records carry the volume's settings, and no CHAP
+// secret reaches a log line.
+func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
+	logs := captureLogs(t, "5")
+	h := newFakeHost(t)
+	a := h.attacher(&records{}, nil)
+	rt := 30
+	vc := iscsiVolume(0, "127.0.0.1", "127.0.0.2")
+	vc.ISCSI.ReplacementTimeout = &rt
+	dev, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20}); dev != want {
+		t.Errorf("device %+v, want %+v", dev, want)
+	}
+	wantSettings := map[string]string{
+		"node.startup": "manual", "node.conn[0].timeo.login_timeout": "1", "node.session.initial_login_retry_max": "2",
+		"node.session.timeo.replacement_timeout": "30", "node.session.auth.authmethod": "CHAP",
+		"node.session.auth.username": "node-user", "node.session.auth.password": "chap-Secret-42",
+		"node.session.auth.username_in": "tgt-user", "node.session.auth.password_in": "mutual-Secret-43",
+	}
+	for _, k := range []string{iqn + ",127.0.0.1:3260", iqn + ",127.0.0.2:3260"} {
+		if diff := cmp.Diff(wantSettings, h.records[k]); diff != "" {
+			t.Errorf("record %s (-want +got):\n%s", k, diff)
+		}
+	}
+	klog.Flush()
+	for _, s := range []string{chap.CHAPPassword, chap.CHAPPasswordIn, chap.CHAPUsername, chap.CHAPUsernameIn} {
+		if strings.Contains(logs.String(), s) {
+			t.Fatalf("secret %q in the logs:\n%s", s, logs)
+		}
+	}
+	// Attach is idempotent: logins answer "already present".
+	again, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
+	if err != nil || again != dev {
+		t.Fatalf("second attach: %+v, %v", again, err)
+	}
+	if n := h.sessionCount(); n != 2 {
+		t.Errorf("%d sessions after two attaches", n)
+	}
+}
+
+// Without multipathd: one portal gives its disk; two portals give the
+// first portal's disk once the multipath wait is over.
+func TestAttach_WithoutAMapUsesOneDisk(t *testing.T) {
+	h := newFakeHost(t)
+	h.multipathd = false
+	a := h.attacher(&records{}, nil)
+	dev, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
+	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
+		t.Fatalf("one portal: %+v, %v", dev, err)
+	}
+	dev, err = a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
+	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
+		t.Fatalf("two portals, no map: %+v, %v", dev, err)
+	}
+}
+
+// A portal that does not log in leaves the volume attached through the
+// others; the session heal retries it later.
+func TestAttach_OnePortalFailingStillAttaches(t *testing.T) {
+	h := newFakeHost(t)
+	h.loginCode["127.0.0.2:3260"] = int(iscsi.ExitTransportTimeout)
+	a := h.attacher(&records{}, nil)
+	dev, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
+	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
+		t.Fatalf("%+v, %v", dev, err)
+	}
+}
+
+// When nothing logs in, or the disks are not one LUN, Attach fails and
+// removes what it created: sessions and node records.
+func TestAttach_FailureRollsBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(*fakeHost)
+		want  string
+		is    error
+	}{
+		{"login rejected everywhere", func(h *fakeHost) {
+			h.loginCode["127.0.0.1:3260"] = int(iscsi.ExitLoginAuthFailed)
+			h.loginCode["127.0.0.2:3260"] = int(iscsi.ExitLoginAuthFailed)
+		}, "no portal of " + iqn + " logged in", iscsi.ErrAuthFailed},
+		{"paths disagree on identity", func(h *fakeHost) {
+			h.wwid = func(portal string, _ int) string { return "naa.6001405" + strings.ReplaceAll(portal, ".", "") }
+		}, "disagree on identity", nil},
+		{"no wwid to verify", func(h *fakeHost) { h.wwid = func(string, int) string { return "" } }, "cannot verify", nil},
+		{"no disk appears", func(h *fakeHost) { h.noDisk = true }, "no disk on 2 logged-in session(s)", context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFakeHost(t)
+			tc.setup(h)
+			a := h.attacher(&records{}, nil)
+			_, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2"), Secrets: chap})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), chap.CHAPPassword) {
+				t.Fatalf("secret in the error: %v", err)
+			}
+			if n, keys := h.sessionCount(), h.recordKeys(); n != 0 || len(keys) != 0 {
+				t.Errorf("left behind: %d sessions, records %v", n, keys)
+			}
+		})
+	}
+}
+
+// A LUN missing on a logged-in session is scanned, exactly that LUN.
+func TestAttach_ScansExactlyTheMissingLUN(t *testing.T) {
+	h := newFakeHost(t)
+	h.noDisk = true
+	h.luns = []int{}
+	a := h.attacher(&records{}, func(c *AttacherConfig) { c.DeviceTimeout = scanAfter + 300*time.Millisecond })
+	_, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(7, "127.0.0.1")})
+	if err == nil {
+		t.Fatal("attach without a disk succeeded")
+	}
+	if got := readWO(t, h.sys, "devices/platform/host11/scsi_host/host11/scan"); got != "0 0 7" {
+		t.Errorf("scan wrote %q, want \"0 0 7\"", got)
+	}
+}
+
+// sendtargets discovery creates the records; a portal the target does not
+// report is an error.
+func TestAttach_SendTargetsDiscovery(t *testing.T) {
+	h := newFakeHost(t)
+	a := h.attacher(&records{}, func(c *AttacherConfig) { c.Discovery = DiscoverySendTargets })
+	if _, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")}); err != nil {
+		t.Fatal(err)
+	}
+	discovered := 0
+	for _, l := range h.exec.Lines() {
+		if strings.Contains(l, "-m discovery -t sendtargets -p 127.0.0.1:3260") {
+			discovered++
+		}
+		if strings.Contains(l, "-o new") && !strings.Contains(l, "discovery") {
+			t.Errorf("static record created in discovery mode: %s", l)
+		}
+	}
+	if discovered != 1 {
+		t.Errorf("discovery ran %d times", discovered)
+	}
+	h2 := newFakeHost(t)
+	h2.portals = []string{"127.0.0.1:3260"}
+	_, err := h2.attacher(&records{}, func(c *AttacherConfig) { c.Discovery = DiscoverySendTargets }).
+		Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
+	if err == nil || !strings.Contains(err.Error(), "did not report portal 127.0.0.2:3260") {
+		t.Fatalf("unreported portal: %v", err)
+	}
+}
+
+func TestNewAttacher_Validates(t *testing.T) {
+	h := newFakeHost(t)
+	ok := AttacherConfig{Sys: sysfs.New(h.sys), DevRoot: h.dev, Initiator: h.in, Records: &records{}, NodeLoginTimeout: time.Second}
+	for name, mod := range map[string]func(*AttacherConfig){
+		"sysfs":     func(c *AttacherConfig) { c.Sys = sysfs.FS{} },
+		"dev":       func(c *AttacherConfig) { c.DevRoot = "" },
+		"initiator": func(c *AttacherConfig) { c.Initiator = nil },
+		"records":   func(c *AttacherConfig) { c.Records = nil },
+		"discovery": func(c *AttacherConfig) { c.Discovery = "isns" },
+		"fraction":  func(c *AttacherConfig) { c.NodeLoginTimeout = 1500 * time.Millisecond },
+		// iscsid could still be retrying when the login command gives up.
+		"budget": func(c *AttacherConfig) { c.NodeLoginTimeout = 10 * time.Second; c.NodeLoginRetries = 3 },
+	} {
+		cfg := ok
+		mod(&cfg)
+		if _, err := NewAttacher(cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := NewAttacher(ok); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+}
