@@ -35,10 +35,10 @@ type fakeHost struct {
 	records    map[string]map[string]string // target,portal → settings
 	sessions   map[string]iscsitest.Session // target,portal → session
 	maps       map[int]iscsitest.Map        // LUN → map
-	logins     map[string]int // portal → logins so far
-	loginCode  map[string]int // portal → iscsiadm exit code of a login
+	logins     map[string]int               // portal → logins so far
+	loginCode  map[string]int               // portal → iscsiadm exit code of a login
 	flushCode  int
-	luns       []int             // the target's LUNs
+	luns       []int // the target's LUNs
 	wwid       func(portal string, lun int) string
 	noDisk     bool // sessions come up without their disks
 	multipathd bool
