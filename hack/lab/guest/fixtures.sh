@@ -29,6 +29,8 @@ capture() {
 	args=(-comment "fixture: $name" -comment "scenario: $scenario" -comment "expect: $expect")
 	for n in "$@"; do args+=(-comment "note: $n"); done
 	args+=(-comment "captured in the pathmend lab (make fixtures); never edit by hand")
+	# uname -r names the ABI; /proc/version carries the Debian package version.
+	args+=(-kernel "$(uname -r) ($(grep -o 'Debian [^ ]*' /proc/version || echo 'version unknown'))")
 	"$LAB_BIN/capture-sysfs" -o "$OUT/$name.sysfs" "${args[@]}"
 	lab_log "captured $name: $(wc -l <"$OUT/$name.sysfs") lines"
 	"$LAB_BIN/capture-sysfs" -summary -fixture "$OUT/$name.sysfs"
