@@ -1,0 +1,30 @@
+// Package attach is pathmend's iSCSI Attacher (pkg/driver's Attacher for
+// transport "iscsi"). It is a package of its own so that package iscsi,
+// which the monitor imports for the session heal, does not import
+// pkg/driver and its gRPC dependencies.
+//
+// Attach makes sure a node record exists for every portal of the volume
+// (static -o new, or sendtargets discovery), applies the volume's settings
+// to each (node.startup manual, login timeout and retries, the replacement
+// timeout, CHAP), logs in to all portals in parallel, waits for the LUN's
+// disk on each session (scanning exactly that LUN when it lags), checks
+// that all disks are one LUN (same wwid, same size) and returns the
+// dm-multipath map over them — or a single disk when multipathd assembles
+// none — after checking that the device node's number matches sysfs.
+// Portals that fail to log in are left to the session heal as long as one
+// succeeds. A failed Attach logs out the sessions and deletes the node
+// records it created.
+//
+// Detach flushes the map (multipath -f), deletes the LUN's disks
+// (device/delete) and logs out each session of the volume's portals that
+// no other staged volume of the same target uses, deleting its node record
+// (and the CHAP secrets in it). Volumes attached by this process whose
+// record the driver has not written yet count as co-tenants too. Attach
+// and Detach are serialized per target IQN.
+//
+// Health grades the volume's paths from one sysfs read; Expand rescans the
+// LUN's disks and resizes the map.
+//
+// It reads sysfs through package iscsi's Read only, and runs commands only
+// through the shared *iscsi.Initiator.
+package attach

@@ -1,0 +1,68 @@
+// Package iscsi is pathmend's iSCSI transport below the CSI layer: a read
+// model of the kernel's iSCSI state from sysfs, an Initiator that drives
+// open-iscsi through iscsiadm, and the SessionHealer that gets sessions
+// stuck out of LOGGED_IN back. The CSI attacher built on it lives in
+// package attach, so this package does not import pkg/driver (the monitor
+// imports this one).
+//
+// # What it reads
+//
+// Read takes one Snapshot from a sysfs.FS; nothing else in the package
+// reads sysfs. The layout, as captured from Linux 6.1 in pathmend's lab:
+//
+//	class/iscsi_session/sessionN -> devices/platform/hostH/sessionN/iscsi_session/sessionN
+//	    state            LOGGED_IN | FAILED | FREE                    (required)
+//	    targetname       the target IQN                               (required)
+//	    tpgt             target portal group tag                      (required)
+//	    recovery_tmo     seconds blocked before transport-offline     (required)
+//	    target_id        SCSI target id, for scanning one LUN         (optional)
+//	    ifacename, initiatorname                                      (optional; "(null)" is empty)
+//	class/iscsi_connection/connectionN:C -> devices/platform/hostH/sessionN/connectionN:C/iscsi_connection/connectionN:C
+//	    state            up | down | failed | bound                   (required)
+//	    persistent_address, persistent_port: the session's portal    (required)
+//	    address, port    current portal; ENOTCONN while down          (read only when up)
+//	class/iscsi_host/hostH                                            (listed)
+//	devices/platform/hostH/sessionN/targetH:C:T/H:C:T:L               one per LUN
+//	    state            running | blocked | transport-offline | …    (required)
+//	    wwid             the kernel's LUN identifier                  (optional)
+//	    vpd_pg83         raw VPD page 0x83, when wwid is absent       (optional)
+//	    block/sdX/{size,holders/}                                     (when the disk is bound)
+//	block/dm-N -> devices/virtual/block/dm-N
+//	    dm/uuid          "mpath-…" marks a dm-multipath map; others are skipped
+//	    dm/name, size, slaves/, holders/
+//
+// A required attribute that is missing is an error naming its path; an
+// object whose class link disappears during the read (a logout racing it)
+// is left out. The password, username and other CHAP attributes of a
+// session are never read. The kernel publishes no timestamp for a state
+// change (the mtimes of these files never move), so how long a session has
+// been down is measured by the observer: the SessionHealer's clocks.
+//
+// # What it writes and runs
+//
+// The only sysfs write of this package is a scan of exactly one LUN,
+// "C T L" to class/scsi_host/hostH/scan (Initiator.Rescan). The attacher
+// writes device/delete and device/rescan of a LUN's disks. Nothing ever
+// writes recovery_tmo: the kernel refuses it with EBUSY on a FAILED or
+// FREE session, and an accepted write does not re-arm a running timer
+// (docs/iscsi.md).
+//
+// Host commands run through k8s.io/utils/exec behind a configurable prefix
+// (nsenter, chroot) so that a containerized plugin runs the host's tools:
+// iscsiadm for node records, discovery, login and logout; multipath -f to
+// remove a map (the kernel has no sysfs interface for it); multipathd
+// resize map; and the configured iscsid restart command. iscsiadm's exit
+// codes (open-iscsi's include/iscsi_err.h) become typed errors; its output
+// is never parsed. CHAP secrets travel in iscsiadm's argv (it reads values
+// nowhere else) and are redacted from every log line and error.
+//
+// # Invariants
+//
+// Snapshots are values: nothing mutates one after Read returns it. The
+// Initiator, the SessionHealer and the attacher are built once per
+// process, start no goroutine in their constructors and are safe for
+// concurrent use. The heal is transport-neutral in its policy pieces
+// (pkg/heal: modes, verdicts, streaks, the once-per-window budget, the log
+// gate) and iSCSI-specific only in what it observes and which kick it
+// chooses.
+package iscsi
