@@ -18,8 +18,9 @@ import (
 
 // startPathmend runs `pathmend serve` on a fresh socket and state dir
 // against the guest's real /sys and /dev, stops it in t.Cleanup and
-// returns a client connection.
-func startPathmend(t *testing.T, l lab, nodeID string) *grpc.ClientConn {
+// returns a client connection. extra flags follow the defaults, so they
+// override them (the flag package keeps the last value).
+func startPathmend(t *testing.T, l lab, nodeID string, extra ...string) *grpc.ClientConn {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "csi.sock")
@@ -31,10 +32,11 @@ func startPathmend(t *testing.T, l lab, nodeID string) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(l.bin("pathmend"), "serve",
-		"--endpoint", "unix://"+sock, "--node-id", nodeID,
+	args := append([]string{"serve",
+		"--endpoint", "unix://" + sock, "--node-id", nodeID,
 		"--sys-root", "/sys", "--dev-root", "/dev", "--state-dir", state,
-		"--heal=observe", "-v=4")
+		"--heal=observe", "-v=4"}, extra...)
+	cmd := exec.Command(l.bin("pathmend"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
