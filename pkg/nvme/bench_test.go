@@ -145,3 +145,20 @@ func BenchmarkReadFileFloor(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(files)), "files/op")
 }
+
+// BenchmarkInspectOnly is the diagnosis alone, on a Host read once: the
+// share of a tick that is not sysfs.
+func BenchmarkInspectOnly(b *testing.B) {
+	h, err := Read(benchTree(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	want := volumesOf(h)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if d := Inspect(h, want); len(d) != 0 {
+			b.Fatalf("healthy tree: %d defects", len(d))
+		}
+	}
+}
