@@ -8,7 +8,6 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,6 +93,9 @@ func newImportLoader(t *testing.T) *importLoader {
 	}
 	l := &importLoader{ctx: build.Default, modRoot: modRoot, requires: map[string]string{}}
 	l.ctx.CgoEnabled = false
+	if l.ctx.GOROOT == "" {
+		t.Fatal("go/build does not know GOROOT")
+	}
 	l.modCache = os.Getenv("GOMODCACHE")
 	if l.modCache == "" {
 		l.modCache = filepath.Join(build.Default.GOPATH, "pkg", "mod")
@@ -120,7 +122,7 @@ func (l *importLoader) dir(t *testing.T, pkg string) string {
 	}
 	first, _, _ := strings.Cut(pkg, "/")
 	if !strings.Contains(first, ".") {
-		return filepath.Join(runtime.GOROOT(), "src", filepath.FromSlash(pkg))
+		return filepath.Join(l.ctx.GOROOT, "src", filepath.FromSlash(pkg))
 	}
 	best := ""
 	for m := range l.requires {
@@ -139,7 +141,7 @@ func (l *importLoader) dir(t *testing.T, pkg string) string {
 func (l *importLoader) imports(t *testing.T, pkg string) []string {
 	dir := l.dir(t, pkg)
 	if strings.HasPrefix(pkg, "vendor/") || strings.Contains(pkg, "/vendor/") {
-		dir = filepath.Join(runtime.GOROOT(), "src", filepath.FromSlash(pkg))
+		dir = filepath.Join(l.ctx.GOROOT, "src", filepath.FromSlash(pkg))
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -165,7 +167,7 @@ func (l *importLoader) imports(t *testing.T, pkg string) []string {
 		}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
-			if strings.HasPrefix(p, "golang.org/x/") && !strings.HasPrefix(pkg, modulePath) && strings.HasPrefix(dir, runtime.GOROOT()) {
+			if strings.HasPrefix(p, "golang.org/x/") && !strings.HasPrefix(pkg, modulePath) && strings.HasPrefix(dir, l.ctx.GOROOT) {
 				p = "vendor/" + p // the standard library's vendored copies
 			}
 			out = append(out, p)
