@@ -52,10 +52,13 @@ func (h *SessionHealer) decide(ctx context.Context, snap *Snapshot, recs []volum
 // Verdict means there is nothing to decide yet.
 func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
 	key, th := r.Node.key(), h.cfg.Threshold
+	// Below the threshold iscsid is presumed to be recovering the session:
+	// there is nothing to decide, and nothing is logged.
 	if r.DownFor < th {
 		r.Reason = fmt.Sprintf("down %s; iscsid has %s to recover it by itself", heal.RoundDuration(r.DownFor), th)
 		return
 	}
+	// A kick already ran: wait for its outcome instead of stacking another.
 	if p, ok := h.pending[key]; ok {
 		r.Kick = p.report.Kick
 		r.Reason = fmt.Sprintf("awaiting LOGGED_IN after %s %s ago", r.Kick, heal.RoundDuration(h.cfg.Now().Sub(p.at)))
@@ -65,10 +68,14 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
 		r.Verdict, r.Reason = heal.Refused, fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", r.Node.Target, h.cfg.Scope)
 		return
 	}
+	// (c) The target refused our own login: kicking again cannot fix
+	// credentials or ACLs, and would hammer the target.
 	if err := h.rejected[key]; err != nil {
 		r.Verdict, r.Reason = heal.Refused, "login rejected by the target: "+err.Error()
 		return
 	}
+	// iscsid retries an unreachable portal forever by itself; no kick can
+	// reach a target the network cannot.
 	if r.Probe == nil || !r.Probe.Reachable() {
 		why := "not probed"
 		if r.Probe != nil {
@@ -81,6 +88,8 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
 		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("reachability: portal reachable for %s of the %s required without interruption", heal.RoundDuration(r.ReachableFor), th)
 		return
 	}
+	// The ladder, narrowest first: log in an absent session; log out and in
+	// a session whose LUNs lose nothing by it; else restart iscsid.
 	why := "no session to the portal of a staged volume"
 	r.Kick = KickLogin
 	if r.State != SessionAbsent {
@@ -91,6 +100,9 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
 			r.Kick = KickRestart
 		}
 	}
+	// A restart bounces every session of the node: its budget is per node.
+	// Logins and relogins touch one node record: their cooldown is per
+	// record.
 	if r.Kick == KickRestart {
 		if left, ago := h.restart.Left(restartKey); left > 0 {
 			r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("restart cooldown: iscsid restarted %s ago, %s left; %s", heal.RoundDuration(ago), heal.RoundDuration(left), why)
@@ -110,11 +122,15 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
 // kick runs a login or a logout + login for one report.
 func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 	klog.FromContext(ctx).V(2).Info("Kicking iSCSI session", "session", r.Session.String(), "target", r.Node.Target, "portal", r.Node.Portal.String(), "kick", r.Kick)
+	// The cooldown starts whether the kick works or not: a failing kick
+	// must not be repeated every tick.
 	h.kicked.Mark(r.Node.key())
 	var err error
 	if r.Kick == KickRelogin {
 		err = h.cfg.Kicker.Logout(ctx, r.Node, r.Session)
 	}
+	// A refused logout (32: iscsid still reconnecting an adopted session)
+	// skips the login: the session is still there.
 	if err == nil {
 		err = h.cfg.Kicker.Login(ctx, r.Node)
 		if errors.Is(err, ErrAuthFailed) || errors.Is(err, ErrLoginFatal) {
@@ -128,6 +144,8 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 	klog.FromContext(ctx).V(2).Info("Restarting iscsid for stuck sessions", "sessions", len(rs))
 	err := h.cfg.Kicker.RestartDaemon(ctx)
+	// Refused before running: the budget is not spent, the next tick
+	// decides again.
 	if errors.Is(err, ErrInFlight) {
 		for _, r := range rs {
 			r.Verdict, r.Reason = heal.Deferred, "in flight: a login or logout is running; iscsid is not restarted under it"

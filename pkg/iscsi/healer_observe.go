@@ -14,6 +14,8 @@ import (
 // volume that has no session.
 func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Snapshot, recs []volume.Record) []*Report {
 	var reports []*Report
+	// Kernel sessions are keyed by SID: a relogin makes a new SID and a
+	// new clock, which is right (the new session is new).
 	for _, s := range snap.Sessions {
 		r := &Report{Session: s.ID, State: s.State, Node: Node{Target: s.TargetName, Iface: s.IfaceName}}
 		if addr, port, ok := s.Portal(); ok {
@@ -26,6 +28,9 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 		r.TimeInState = h.inState.Observe(key+"/"+string(s.State), true)
 		reports = append(reports, r)
 	}
+	// A portal of a staged volume with no session at all is down too; its
+	// clock is keyed by node record, since it has no SID. Two volumes on
+	// one portal make one report.
 	seen := map[string]bool{}
 	for _, rec := range recs {
 		v := rec.Context.ISCSI
@@ -77,6 +82,8 @@ func (h *SessionHealer) probe(ctx context.Context, reports []*Report) {
 		}
 		byPortal[p] = append(byPortal[p], r)
 	}
+	// Probes run in parallel: a dead portal costs its full timeout, and a
+	// tick must not take that per portal.
 	results := make([]Reachability, len(portals))
 	sem := make(chan struct{}, h.cfg.ProbeConcurrency)
 	var wg sync.WaitGroup
@@ -106,6 +113,8 @@ func (h *SessionHealer) probe(ctx context.Context, reports []*Report) {
 // final verdict line is logged now.
 func (h *SessionHealer) resolvePending(reports []*Report) {
 	now := h.cfg.Now()
+	// Kicks are matched by node record, not SID: a relogin brings the
+	// record back under a new session.
 	up := map[string]*Report{}
 	for _, r := range reports {
 		if r.State.LoggedIn() {

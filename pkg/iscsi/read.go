@@ -45,6 +45,8 @@ func Read(sys sysfs.FS, at time.Time) (*Snapshot, error) {
 	}
 	sort.Slice(snap.Sessions, func(i, j int) bool { return snap.Sessions[i].ID < snap.Sessions[j].ID })
 
+	// Connections are a class of their own; they name their session
+	// (connection<sid>:<cid>), so they are read after the sessions.
 	if err := readConnections(sys, snap); err != nil {
 		return nil, err
 	}
@@ -92,6 +94,9 @@ func readSession(sys sysfs.FS, name string) (s Session, gone bool, err error) {
 		return Session{}, false, fmt.Errorf("%s -> %s: %w", link, target, err)
 	}
 	s = Session{ID: id, Host: host}
+	// A missing attribute below a session whose link is gone too means
+	// the session was logged out while we read; anything else is a
+	// broken tree and an error.
 	if err := readSessionAttrs(sys, dev, &s); err != nil {
 		if vanished(sys, link, err) {
 			return Session{}, true, nil
@@ -125,6 +130,8 @@ func readSessionAttrs(sys sysfs.FS, dev string, s *Session) error {
 		return err
 	}
 	s.TPGT, s.RecoveryTmo = int(tpgt), int(tmo)
+	// target_id, ifacename and initiatorname are published by every
+	// current kernel but are not needed to judge a session: optional.
 	s.TargetID = -1
 	if v, ok, err := sys.ReadOptionalAttr(dev + "/target_id"); err != nil {
 		return err
@@ -179,6 +186,8 @@ func readConnections(sys sysfs.FS, snap *Snapshot) error {
 		if err != nil {
 			return err
 		}
+		// A connection can outlive its session's listing by a moment
+		// during a logout: skip it rather than invent a session.
 		i, ok := index[id.Session]
 		if !ok {
 			continue // its session vanished during the read

@@ -34,6 +34,8 @@ func readLUNs(sys sysfs.FS, sessDev string) ([]LUN, error) {
 			return nil, fmt.Errorf("%s/%s: %w", sessDev, t, err)
 		}
 		tdir := sessDev + "/" + t
+		// Beside the H:C:T:L device directories the target directory holds
+		// power/, subsystem and uevent; those fail to parse and are skipped.
 		devs, err := sys.ReadDir(tdir)
 		if err != nil {
 			return nil, err
@@ -74,6 +76,8 @@ func readLUN(sys sysfs.FS, dir string, addr SCSIAddress) (LUN, error) {
 	if err != nil {
 		return LUN{}, err
 	}
+	// A SCSI disk has exactly one block device; more would be a layout
+	// this model does not understand.
 	if len(disks) != 1 {
 		return LUN{}, fmt.Errorf("%s/block: want one disk, found %d", dir, len(disks))
 	}
@@ -159,6 +163,8 @@ func readMaps(sys sysfs.FS) ([]MultipathMap, error) {
 
 func readMap(sys sysfs.FS, name string) (MultipathMap, bool, error) {
 	dir := "block/" + name
+	// Every dm device has dm/uuid (empty for some); only the "mpath-"
+	// prefix marks a multipath map.
 	uuid, err := sys.ReadAttr(dir + "/dm/uuid")
 	if err != nil {
 		return MultipathMap{}, false, err

@@ -34,6 +34,8 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
 		return err
 	}
 	log := klog.FromContext(ctx).WithValues("volumeID", rec.VolumeID, "iqn", v.IQN)
+	// Two records naming one LUN is a misconfiguration, but deleting the
+	// disks under the other one would be worse.
 	if !sameLUNStaged(others, v) {
 		if err := a.removeLUN(ctx, snap, v); err != nil {
 			return err
@@ -141,6 +143,9 @@ func (a *Attacher) coTenants(volumeID string) ([]coTenant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list staged volumes: %w", err)
 	}
+	// Records cover volumes staged before a restart; the in-memory set
+	// covers the window between Attach returning and the driver writing
+	// its record.
 	seen := map[string]bool{volumeID: true}
 	var out []coTenant
 	for _, r := range recs {
@@ -255,6 +260,8 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	if len(disks) == 0 {
 		return 0, fmt.Errorf("expand %s LUN %d: %w", v.IQN, v.LUN, errNoDevice)
 	}
+	// Rescan only live disks: the rescan of a blocked device waits for the
+	// session to recover.
 	for _, d := range disks {
 		if !snap.Live(d) {
 			continue // a blocked device would hold the rescan until it recovers

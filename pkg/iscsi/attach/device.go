@@ -44,6 +44,9 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	if err != nil {
 		return driver.Device{}, err
 	}
+	// Without a map the first portal's disk is the device: a later map
+	// cannot claim a disk that is open, so the volume keeps working on one
+	// path, and Health reports the portals as they are.
 	name := paths[0].lun.Disk
 	if found {
 		name, size = m.Device, m.SizeBytes
@@ -53,6 +56,8 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	if size <= 0 {
 		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d has size 0", name, v.IQN, v.LUN)
 	}
+	// The node in /dev must be the device sysfs describes: a stale node
+	// left by an earlier device of the same name would pass a name check.
 	devt, err := a.cfg.Sys.ReadAttr("block/" + name + "/dev")
 	if err != nil {
 		return driver.Device{}, err
@@ -81,6 +86,8 @@ func (a *Attacher) waitDisks(ctx context.Context, v *volume.ISCSI, loggedIn []is
 		if len(lacking) == 0 {
 			return paths, nil
 		}
+		// The login scanned the target; a LUN added later (or a lost scan
+		// event) needs a scan of its own, of that LUN only.
 		if a.cfg.Now().Sub(start) >= scanAfter {
 			for _, s := range lacking {
 				a.scan(ctx, s, v.LUN, scanned)
@@ -196,6 +203,8 @@ func mapOver(snap *iscsi.Snapshot, wwid string, paths []lunPath) (m iscsi.Multip
 	if !found {
 		return m, false, false, nil
 	}
+	// A map that also holds a foreign device is not this volume's map,
+	// whatever its name says.
 	for _, sl := range m.Slaves {
 		_, l, ok := snap.PathOf(sl)
 		if !ok || l.WWID != wwid {

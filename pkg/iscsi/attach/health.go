@@ -39,6 +39,8 @@ func (a *Attacher) Health(ctx context.Context, rec volume.Record) driver.Conditi
 func grade(m *iscsi.PortalMatcher, snap *iscsi.Snapshot, v *volume.ISCSI, clocks SessionClocks) driver.Condition {
 	live := 0
 	var problems []string
+	// A portal counts once, live when any of its sessions is a live path;
+	// its problems are listed only when none is.
 	for _, ep := range v.Portals {
 		var mine []string
 		ok := false
