@@ -88,6 +88,10 @@ type HealerConfig struct {
 	Threshold, ReloginCooldown, RestartCooldown, VerifyWindow time.Duration
 	// ProbeConcurrency bounds the portals probed at once.
 	ProbeConcurrency int
+	// Iface is the open-iscsi iface the attacher logs in with, used for
+	// portals of staged volumes that have no session (a session's own
+	// iface comes from sysfs); DefaultIface when empty.
+	Iface string
 	// Kicker runs logins, logouts and the restart. Required.
 	Kicker Kicker
 	// Prober checks portals. Required (&NetProber{} on a node).

@@ -38,7 +38,7 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 			if hasSessionTo(m, snap, v.IQN, ep) {
 				continue
 			}
-			n := Node{Target: v.IQN, Portal: ep}
+			n := Node{Target: v.IQN, Portal: ep, Iface: h.cfg.Iface}
 			if r, err := ResolveEndpoint(ctx, h.cfg.Resolver, ep); err == nil {
 				n.Portal = r
 			}
