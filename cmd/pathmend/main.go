@@ -66,6 +66,7 @@ func runServe(args []string, stderr io.Writer) int {
 	cfg := defaultServeConfig()
 	cfg.bindFlags(fs)
 	klog.InitFlags(fs)
+	logFormat := fs.String("log-format", "text", "log format: text (klog) or json (one JSON object per line)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -74,6 +75,10 @@ func runServe(args []string, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "pathmend serve: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if err := setLogFormat(*logFormat, stderr); err != nil {
+		fmt.Fprintln(stderr, "pathmend serve:", err)
 		return 2
 	}
 	defer klog.Flush()
