@@ -52,6 +52,8 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	}
 	if len(exps) > 0 && m.deps.Policy.Mode() != heal.ModeOff {
 		m.nvmeTick(ctx, exps, byID, &rep)
+	} else {
+		m.forgetAll()
 	}
 	if m.deps.Sessions != nil {
 		m.deps.Sessions.Tick(ctx, recs)
@@ -242,6 +244,18 @@ func verdictWord(v heal.Verdict) string {
 		return "repair deferred"
 	}
 	return string(v)
+}
+
+// forgetAll drops the status and metric series of every volume: no NVMe
+// volume is staged (or healing is off).
+func (m *Monitor) forgetAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id := range m.status {
+		m.deps.Metrics.ForgetVolume(id)
+	}
+	m.status = map[string]VolumeStatus{}
+	m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), nil)
 }
 
 // reportOrphans logs, once per volume, records whose staging path is gone:
