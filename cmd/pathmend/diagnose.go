@@ -46,6 +46,9 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	sysRoot := fl.String("sys-root", "/sys", "root of the sysfs tree to read")
 	stateDir := fl.String("state-dir", "/var/lib/pathmend", "directory of the staged-volume records (empty: none)")
 	asJSON := fl.Bool("json", false, "print the report as JSON (docs/diagnose.md)")
+	plan := fl.Bool("plan", false, "also show what the heal policy would do right now (a dry run: no action, ever)")
+	grace := fl.Duration("heal-grace", heal.DefaultGrace, "with --plan: the connect grace the policy applies")
+	maxScope := fl.String("heal-max-scope", "subsystem", "with --plan: the widest teardown allowed (controller or subsystem)")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return diagnoseHealthy
@@ -75,6 +78,19 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	}
 	rep := newReport(h, want, nvme.Inspect(h, want), now())
 	rep.SysRoot, rep.StateDir = *sysRoot, *stateDir
+	if *plan {
+		scope, err := parseScope(*maxScope)
+		if err != nil {
+			fmt.Fprintf(stderr, "pathmend diagnose: --heal-max-scope: %v\n", err)
+			return diagnoseError
+		}
+		p, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Grace: *grace, MaxScope: scope, Now: now})
+		if err != nil {
+			fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
+			return diagnoseError
+		}
+		rep.Plan = planOf(p.Plan(rep.Defects))
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -127,6 +143,26 @@ type report struct {
 	Volumes       []volumeRep   `json:"volumes"`
 	Defects       []heal.Defect `json:"defects"`
 	Skipped       []nvme.Skip   `json:"skipped"`
+	// Plan is present with --plan only: the policy's verdict on each
+	// defect right now, as a dry run.
+	Plan []planRep `json:"plan,omitempty"`
+}
+
+// planRep is the dry-run verdict on one defect.
+type planRep struct {
+	Kind    heal.Kind    `json:"kind"`
+	Scope   heal.Scope   `json:"scope"`
+	Key     string       `json:"key"`
+	Verdict heal.Verdict `json:"verdict"` // observed = would repair
+	Reason  string       `json:"reason"`
+}
+
+func planOf(outs []heal.Outcome) []planRep {
+	plan := []planRep{}
+	for _, o := range outs {
+		plan = append(plan, planRep{Kind: o.Defect.Kind, Scope: o.Defect.Scope, Key: o.Defect.Key, Verdict: o.Verdict, Reason: o.Reason})
+	}
+	return plan
 }
 
 // subsysRep is one kernel subsystem instance with what it holds.
@@ -321,6 +357,16 @@ func (r *report) writeTable(out io.Writer) error {
 		}
 		if len(d.Volumes) > 0 {
 			fmt.Fprintf(w, "   volumes: %s\n", strings.Join(d.Volumes, ", "))
+		}
+	}
+	if r.Plan != nil {
+		fmt.Fprintln(w, "Plan (dry run, nothing is done):")
+		for _, p := range r.Plan {
+			verdict := string(p.Verdict)
+			if p.Verdict == heal.Observed {
+				verdict = "would repair"
+			}
+			fmt.Fprintf(w, "   %s %s: %s — %s\n", p.Kind, p.Key, verdict, p.Reason)
 		}
 	}
 	return w.err

@@ -219,3 +219,32 @@ func checkGolden(t *testing.T, path, got string) {
 		t.Errorf("%s differs (-want +got):\n%s", path, d)
 	}
 }
+
+// TestDiagnose_Plan shows the policy's dry-run verdicts on the captures
+// with defects: the captures are seconds old at diagnoseNow, so the
+// connect grace defers some, and the co-tenant gate refuses the teardown
+// that would strand namespaces 1 and 3.
+func TestDiagnose_Plan(t *testing.T) {
+	for _, fixture := range []string{"nvme-no-namespace", "nvme-namespace-missing", "nvme-controller-not-contributing"} {
+		t.Run(fixture, func(t *testing.T) {
+			root, state := sysRoot(t, fixture), stateDir(t, fixture)
+			for _, grace := range []string{"5s", "1ms"} {
+				for _, format := range []string{"txt", "json"} {
+					args := []string{"--sys-root", root, "--state-dir", state, "--plan", "--heal-grace", grace}
+					if format == "json" {
+						args = append(args, "--json")
+					}
+					code, out, errOut := runDiagnoseAt(args...)
+					if code != 1 || errOut != "" {
+						t.Errorf("exit %d, stderr %q", code, errOut)
+					}
+					if !strings.Contains(out, "lan") {
+						t.Errorf("no plan in the output:\n%s", out)
+					}
+					out = strings.NewReplacer(root, "$SYSROOT", state, "$STATEDIR").Replace(out)
+					checkGolden(t, filepath.Join("testdata", "diagnose", fixture+".plan-grace-"+grace+"."+format), out)
+				}
+			}
+		})
+	}
+}

@@ -298,3 +298,28 @@ func round(d time.Duration) time.Duration {
 	}
 	return d.Round(100 * time.Millisecond)
 }
+
+// Plan is a dry run: it decides on every defect the way Heal would in
+// repair mode — same order, same rules, the cooldowns this Policy holds —
+// but runs, records and logs nothing. An allowed repair comes back
+// Observed with "would tear down …". `pathmend diagnose --plan` prints it.
+func (p *Policy) Plan(defects []Defect) []Outcome {
+	ordered := append([]Defect(nil), defects...)
+	sort.SliceStable(ordered, func(i, j int) bool { return ordered[i].Scope < ordered[j].Scope })
+	removed := map[string]bool{}
+	var out []Outcome
+	for _, d := range ordered {
+		if overlaps(d, removed) {
+			continue
+		}
+		o := p.decide(d)
+		if o.Verdict == Repaired {
+			o.Verdict, o.Reason = Observed, "would tear down "+pathNames(d.Teardown)
+			for _, rp := range d.Teardown {
+				removed[rp.Name] = true
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}

@@ -322,3 +322,24 @@ func TestNewPolicy_Validates(t *testing.T) {
 		}
 	}
 }
+
+func TestPlan_DecidesLikeRepairAndTouchesNothing(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	young := notContributing("4421", t0.Add(-time.Second))
+	old := notContributing("4422", t0.Add(-time.Hour))
+	stranding := Defect{Kind: NamespaceMissing, Scope: ScopeSubsystem, Key: "nqn-x",
+		Teardown: []Path{{Name: "nvme7"}}, CoTenants: []CoTenant{{Namespace: "ns2", Device: "nvme3n2"}}}
+	out := p.Plan([]Defect{stranding, young, old})
+	if diff := cmp.Diff([]Verdict{Deferred, Observed, Refused}, verdicts(out)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if out[1].Reason != "would tear down nvme2 (tcp 127.0.0.1:4422)" {
+		t.Errorf("reason = %q", out[1].Reason)
+	}
+	// Nothing was recorded: a real repair right after is not in cooldown.
+	r := &recorder{}
+	if o := p.Heal(context.Background(), []Defect{old}, r); o[0].Verdict != Repaired {
+		t.Errorf("after a plan, heal = %+v", o[0])
+	}
+}
