@@ -111,6 +111,11 @@ func (f *Fixture) Lookup(p string) (Entry, bool) {
 // Go-quoted, so binary attributes survive as \x escapes. Ages are Go
 // durations (a capture rounds them to the millisecond).
 func (f *Fixture) Encode(w io.Writer) error {
+	for _, c := range f.Comments {
+		if strings.ContainsAny(c, "\n\r") {
+			return fmt.Errorf("encode: comment %q spans lines", c)
+		}
+	}
 	bw := bufio.NewWriter(w)
 	fmt.Fprintln(bw, FixtureMagic)
 	for _, c := range f.Comments {

@@ -128,6 +128,13 @@ func TestParseFixture_RejectsBadInput(t *testing.T) {
 	}
 }
 
+func TestFixture_EncodeRefusesMultiLineComments(t *testing.T) {
+	f := &Fixture{Comments: []string{"kernel: 6.1 (Debian 12.2.0-14)\nDebian 6.1.192-3)"}}
+	if b, err := f.Bytes(); err == nil {
+		t.Fatalf("Encode wrote a comment spanning lines:\n%s", b)
+	}
+}
+
 func TestMaterialize_RestoresTreeLinksModesAndAges(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

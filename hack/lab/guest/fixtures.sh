@@ -30,7 +30,7 @@ capture() {
 	for n in "$@"; do args+=(-comment "note: $n"); done
 	args+=(-comment "captured in the pathmend lab (make fixtures); never edit by hand")
 	# uname -r names the ABI; /proc/version carries the Debian package version.
-	args+=(-kernel "$(uname -r) ($(grep -o 'Debian [^ ]*' /proc/version || echo 'version unknown'))")
+	args+=(-kernel "$(uname -r) (Debian $(awk '{ for (i = 1; i < NF; i++) if ($i == "Debian") v = $(i + 1) } END { print v }' /proc/version))")
 	"$LAB_BIN/capture-sysfs" -o "$OUT/$name.sysfs" "${args[@]}"
 	lab_log "captured $name: $(wc -l <"$OUT/$name.sysfs") lines"
 	"$LAB_BIN/capture-sysfs" -summary -fixture "$OUT/$name.sysfs"
@@ -163,7 +163,7 @@ fixture_nvme_controller_not_contributing() {
 		"two targets share subsystem NQN $nqn with disjoint controller ID ranges (1-99 and 100-199); each exports nsid 1 with its own UUID; the host connects to both (127.0.0.1:4420 and 127.0.0.3:4420)" \
 		"one subsystem instance holding both controllers, both live; one namespace head with a single leg via the first controller; the second controller (cntlid 100) contributes no leg" \
 		"Linux 6.1 puts both controllers in the same nvme-subsystem (it matches subsystems by NQN only) and refuses the second namespace: '${msg:-<message not found>}'" \
-		"target B is a second nvmet subsystem presented under the shared NQN by hack/lab/nqnproxy"
+		"target B is a second nvmet subsystem presented under the shared NQN by hack/lab/nqnproxy; its own serial ($(printf '%s' "$alias" | md5sum | cut -c1-20)) appears nowhere: a controller's serial attribute reads its subsystem's"
 }
 
 fixture_nvme_path_reconnecting() {

@@ -109,6 +109,9 @@ nvmet_subsys_create() {
 	mkdir "$d" || return
 	echo 1 >"$d/attr_allow_any_host" || return
 	echo "pathmend-lab" >"$d/attr_model" 2>/dev/null || true
+	# nvmet picks a random serial; derive it from the NQN so recaptures
+	# of a scenario differ only where the kernel state does.
+	printf '%s' "$nqn" | md5sum | cut -c1-20 >"$d/attr_serial" || return
 	if [ -n "$min" ]; then
 		echo "$min" >"$d/attr_cntlid_min" || return
 		echo "$max" >"$d/attr_cntlid_max" || return
