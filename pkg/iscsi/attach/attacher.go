@@ -75,9 +75,16 @@ type AttacherConfig struct {
 	NodeLoginRetries int
 	// DeviceTimeout bounds the wait for the LUN's disks after login.
 	DeviceTimeout time.Duration
-	// MultipathWait bounds the wait for multipathd to assemble a map
-	// over several paths; without one the attacher uses a single path.
+	// MultipathWait bounds the wait for multipathd to assemble a map over
+	// the LUN's disks, even over a single one: multipathd with
+	// find_multipaths "no" maps single paths too, a moment after the disk
+	// appears, and a disk handed out before that would be claimed under
+	// its user (measured in the lab: mount fails "already mounted or
+	// busy"). Without a map by then the attacher uses one disk.
 	MultipathWait time.Duration
+	// NoMultipathd says the node runs no multipathd: Attach does not wait
+	// for a map that cannot come, and uses one disk.
+	NoMultipathd bool
 	// PollInterval is how often sysfs is re-read while waiting.
 	PollInterval time.Duration
 	// Resolver resolves portal host names; net.DefaultResolver when nil.

@@ -83,8 +83,20 @@ func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 	}
 }
 
+// multipathd with find_multipaths "no" maps a single path too: the map is
+// the device, never the disk it claims.
+func TestAttach_SinglePathMappedByMultipathdGivesTheMap(t *testing.T) {
+	h := newFakeHost(t)
+	h.mapSingle = true
+	dev, err := h.attacher(&records{}, nil).Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
+	if err != nil || dev.Path != filepath.Join(h.dev, "dm-0") {
+		t.Fatalf("%+v, %v", dev, err)
+	}
+}
+
 // Without multipathd: one portal gives its disk; two portals give the
-// first portal's disk once the multipath wait is over.
+// first portal's disk once the multipath wait is over; NoMultipathd does
+// not wait at all.
 func TestAttach_WithoutAMapUsesOneDisk(t *testing.T) {
 	h := newFakeHost(t)
 	h.multipathd = false
@@ -96,6 +108,14 @@ func TestAttach_WithoutAMapUsesOneDisk(t *testing.T) {
 	dev, err = a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("two portals, no map: %+v, %v", dev, err)
+	}
+	noWait := h.attacher(&records{}, func(c *AttacherConfig) { c.NoMultipathd = true; c.MultipathWait = time.Hour })
+	start := time.Now()
+	if dev, err := noWait.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")}); err != nil || dev.Path != filepath.Join(h.dev, "sda") {
+		t.Fatalf("NoMultipathd: %+v, %v", dev, err)
+	}
+	if time.Since(start) > time.Minute {
+		t.Error("NoMultipathd waited for a map")
 	}
 }
 

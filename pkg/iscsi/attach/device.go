@@ -161,10 +161,10 @@ func verifyPaths(v *volume.ISCSI, paths []lunPath) (wwid string, size int64, err
 	return wwid, size, nil
 }
 
-// waitMap looks for the dm-multipath map over the paths. With several
-// paths it waits up to MultipathWait for multipathd to assemble one that
-// holds them all; a map holding a device that is not a path of this LUN
-// is an error.
+// waitMap looks for the dm-multipath map over the paths. It waits up to
+// MultipathWait for multipathd to assemble one that holds them all (for
+// a single path too, unless NoMultipathd); a map holding a device that is
+// not a path of this LUN is an error.
 func (a *Attacher) waitMap(ctx context.Context, wwid string, paths []lunPath) (iscsi.MultipathMap, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.MultipathWait)
 	defer cancel()
@@ -174,7 +174,7 @@ func (a *Attacher) waitMap(ctx context.Context, wwid string, paths []lunPath) (i
 			return iscsi.MultipathMap{}, false, err
 		}
 		m, found, complete, err := mapOver(snap, wwid, paths)
-		if err != nil || complete || (!found && len(paths) == 1) {
+		if err != nil || complete || (!found && a.cfg.NoMultipathd) {
 			return m, found, err
 		}
 		if sleep(ctx, a.cfg.PollInterval) != nil {

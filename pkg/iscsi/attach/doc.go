@@ -9,8 +9,10 @@
 // timeout, CHAP), logs in to all portals in parallel, waits for the LUN's
 // disk on each session (scanning exactly that LUN when it lags), checks
 // that all disks are one LUN (same wwid, same size) and returns the
-// dm-multipath map over them — or a single disk when multipathd assembles
-// none — after checking that the device node's number matches sysfs.
+// dm-multipath map over them — waiting a bounded time for multipathd,
+// which may map a single path too — or a single disk when multipathd
+// assembles none, after checking that the device node's number matches
+// sysfs.
 // Portals that fail to log in are left to the session heal as long as one
 // succeeds. A failed Attach logs out the sessions and deletes the node
 // records it created.

@@ -42,6 +42,7 @@ type fakeHost struct {
 	wwid       func(portal string, lun int) string
 	noDisk     bool // sessions come up without their disks
 	multipathd bool
+	mapSingle  bool // multipathd maps single paths (find_multipaths no)
 }
 
 func newFakeHost(t *testing.T) *fakeHost {
@@ -185,7 +186,7 @@ func (h *fakeHost) assemble() {
 				}
 			}
 		}
-		if len(slaves) < 2 {
+		if len(slaves) < 2 && !(h.mapSingle && len(slaves) == 1) {
 			continue
 		}
 		m := iscsitest.Map{Device: "dm-" + strconv.Itoa(n), Name: "mpath" + string(rune('a'+n)), Slaves: slaves}

@@ -1,0 +1,311 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/utils/exec"
+
+	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/iscsi/attach"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// restartIscsid is the guest's iscsid restart (it has no systemd): stop
+// the daemon by its pid, wait until it is gone, start it again. The kernel
+// sessions stay; the new iscsid adopts and reopens every one of them, as
+// `systemctl restart iscsid` does on a node.
+const restartIscsid = `pid=$(cat /run/iscsid.pid 2>/dev/null || pgrep -x iscsid)
+[ -n "$pid" ] && kill "$pid"
+for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+iscsid`
+
+// memRecords is the staged-volume list the attacher and the heal see.
+type memRecords struct {
+	mu   sync.Mutex
+	list []volume.Record
+}
+
+func (m *memRecords) List() ([]volume.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.list), nil
+}
+
+func (m *memRecords) put(r volume.Record) { m.mu.Lock(); m.list = append(m.list, r); m.mu.Unlock() }
+
+func (m *memRecords) clear() { m.mu.Lock(); m.list = nil; m.mu.Unlock() }
+
+// pathmendISCSI is pathmend's iSCSI stack on the guest's real /sys, /dev,
+// iscsiadm and multipath, in this process.
+type pathmendISCSI struct {
+	sys  sysfs.FS
+	in   *iscsi.Initiator
+	att  *attach.Attacher
+	recs *memRecords
+}
+
+func newPathmendISCSI(t *testing.T) *pathmendISCSI {
+	t.Helper()
+	sys := sysfs.New("/sys")
+	in, err := iscsi.NewInitiator(iscsi.InitiatorConfig{
+		Exec: exec.New(), Sys: sys, RestartCommand: []string{"bash", "-c", restartIscsid},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := &memRecords{}
+	att, err := attach.NewAttacher(attach.AttacherConfig{Sys: sys, DevRoot: "/dev", Initiator: in, Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pathmendISCSI{sys: sys, in: in, att: att, recs: recs}
+}
+
+// iscsiContext is the volume context of LUN lun of iqn at portals.
+func iscsiContext(iqn string, lun int, portals ...string) volume.Context {
+	v := &volume.ISCSI{IQN: iqn, LUN: lun}
+	for _, p := range portals {
+		v.Portals = append(v.Portals, volume.Endpoint{Host: p, Port: 3260})
+	}
+	return volume.Context{Transport: volume.TransportISCSI, ISCSI: v}
+}
+
+// sessionTo returns the session to iqn through portal (host:port).
+func sessionTo(t *testing.T, sys sysfs.FS, iqn, portal string) (iscsi.Session, bool) {
+	t.Helper()
+	snap, err := iscsi.Read(sys, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snap.SessionsOf(iqn) {
+		if s.PortalString() == portal {
+			return s, true
+		}
+	}
+	return iscsi.Session{}, false
+}
+
+// sessionIn reports whether the session to iqn through portal is in state.
+func sessionIn(t *testing.T, sys sysfs.FS, iqn, portal string, state iscsi.SessionState) func() bool {
+	return func() bool {
+		s, ok := sessionTo(t, sys, iqn, portal)
+		return ok && s.State == state
+	}
+}
+
+// flakyProxy is an iSCSI portal in front of a LIO portal. Passing, it
+// forwards bytes both ways. Breaking, it resets every open connection and
+// resets each new one as soon as the kernel shows the session's
+// connection "bound" (when bound is set; otherwise after the first login
+// PDU bytes). A reset then lands after iscsid bound the new connection
+// and, with luck, while it still sets the connection's parameters, before
+// the login PDU: the window of open-iscsi issue #387 (fixed in 2.1.9), in
+// which iscsid 2.1.8 reopens without stopping the connection and the
+// kernel refuses every later bind with ENOTCONN.
+type flakyProxy struct {
+	ln     net.Listener
+	target string
+	// bound reports whether the proxied session's connection is bound.
+	bound func() bool
+
+	mu          sync.Mutex
+	breaking    bool
+	conns       map[net.Conn]bool
+	resets      int
+	boundResets int
+}
+
+func startFlakyProxy(t *testing.T, listen, target string) *flakyProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &flakyProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.resetAll() })
+	return p
+}
+
+func (p *flakyProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.handle(c)
+	}
+}
+
+func (p *flakyProxy) handle(c net.Conn) {
+	p.mu.Lock()
+	breaking, bound := p.breaking, p.bound
+	p.mu.Unlock()
+	if breaking {
+		sawBound := false
+		if bound != nil {
+			for deadline := time.Now().Add(3 * time.Second); !sawBound && time.Now().Before(deadline); {
+				sawBound = bound()
+				if !sawBound {
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+		} else {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.ReadFull(c, make([]byte, 48)) // the login PDU's basic header
+		}
+		reset(c)
+		p.mu.Lock()
+		p.resets++
+		if sawBound {
+			p.boundResets++
+		}
+		p.mu.Unlock()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		reset(c)
+		return
+	}
+	p.track(c, up)
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) { _, _ = io.Copy(dst, src); done <- struct{}{} }
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	c.Close()
+	up.Close()
+	p.untrack(c, up)
+}
+
+func (p *flakyProxy) track(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+}
+
+func (p *flakyProxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+	}
+}
+
+// breakNow switches to breaking and resets every open connection.
+func (p *flakyProxy) breakNow() {
+	p.mu.Lock()
+	p.breaking = true
+	p.mu.Unlock()
+	p.resetAll()
+}
+
+func (p *flakyProxy) pass() { p.mu.Lock(); p.breaking = false; p.mu.Unlock() }
+
+func (p *flakyProxy) resetCount() (all, whileBound int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resets, p.boundResets
+}
+
+// watchBound makes the proxy reset new connections once the connection
+// of session sid reads "bound" in sysfs.
+func (p *flakyProxy) watchBound(sys sysfs.FS, sid iscsi.SessionID) {
+	rel := "class/iscsi_connection/" + iscsi.ConnectionID{Session: sid}.String() + "/state"
+	p.mu.Lock()
+	p.bound = func() bool {
+		v, err := sys.ReadAttr(rel)
+		return err == nil && v == string(iscsi.ConnBound)
+	}
+	p.mu.Unlock()
+}
+
+func (p *flakyProxy) resetAll() {
+	p.mu.Lock()
+	cs := make([]net.Conn, 0, len(p.conns))
+	for c := range p.conns {
+		cs = append(cs, c)
+	}
+	p.mu.Unlock()
+	for _, c := range cs {
+		reset(c)
+	}
+}
+
+// reset closes c with an RST instead of a FIN.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
+// lioTarget builds a LIO target with one 64 MiB LUN 0 (backstore name)
+// behind the given portals, with CHAP when user is set, and starts iscsid
+// and multipathd.
+func lioTarget(t *testing.T, l lab, iqn, name, user, pass string, portals ...string) {
+	t.Helper()
+	script := fmt.Sprintf(`
+iqn=%q
+lio_target_create "$iqn" 1
+dev=$(lab_loop_create %s 64)
+lio_backstore_iblock %s "$dev"
+lio_lun_add "$iqn" 1 0 %s
+`, iqn, name, name, name)
+	for _, p := range portals {
+		script += fmt.Sprintf("lio_portal_add \"$iqn\" 1 %s\n", p)
+	}
+	if user != "" {
+		script += fmt.Sprintf("lio_chap \"$iqn\" 1 %q %q\n", user, pass)
+	}
+	script += "lio_tpg_enable \"$iqn\" 1\niscsi_host_start\nmultipathd_start\n"
+	l.sh(t, script)
+}
+
+// healUntil ticks the heal every second until done returns true or d
+// passes, logging every report that carries a verdict.
+func healUntil(t *testing.T, ctx context.Context, h *iscsi.SessionHealer, p *pathmendISCSI, d time.Duration, done func([]iscsi.Report) bool) []iscsi.Report {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		snap, err := iscsi.Read(p.sys, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, _ := p.recs.List()
+		reports := h.Tick(ctx, snap, recs)
+		for _, r := range reports {
+			if r.Verdict != "" {
+				t.Logf("heal: %s %s %s %s kick=%s verdict=%s reason=%q err=%v", r.Session, r.Node.Portal, r.State, r.DownFor, r.Kick, r.Verdict, r.Reason, r.Err)
+			}
+		}
+		if done(reports) {
+			return reports
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("heal did not finish within %s", d)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// fileExists reports whether path exists.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
+}
