@@ -11,11 +11,12 @@
 # lays out a share directory (hack/lab/out/<command>: bin/, guest/, job.sh,
 # out/), boots the guest with it and reads results back from out/.
 # Timeouts: LAB_BOOT_TIMEOUT (per boot), E2E_TIMEOUT (the test binary).
+# LAB_FIXTURE_DIR sends captures elsewhere than testdata/fixtures.
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-FIXTURE_DIR=$REPO_ROOT/testdata/fixtures
+FIXTURE_DIR=${LAB_FIXTURE_DIR:-$REPO_ROOT/testdata/fixtures}
 GO=${GO:-go}
 
 # share_dir NAME makes a fresh share with the guest library.
@@ -139,7 +140,7 @@ cmd_fixtures() {
 			continue
 		fi
 		cp "$share/out/fixtures/$name.sysfs" "$FIXTURE_DIR/$name.sysfs"
-		lab_step "Fixture $name -> testdata/fixtures/$name.sysfs ($(wc -l <"$FIXTURE_DIR/$name.sysfs") lines)"
+		lab_step "Fixture $name -> $FIXTURE_DIR/$name.sysfs ($(wc -l <"$FIXTURE_DIR/$name.sysfs") lines)"
 	done
 	if [ ${#failed[@]} -gt 0 ]; then
 		lab_die "fixtures failed: ${failed[*]}"
