@@ -34,11 +34,18 @@ func makeStuck(t *testing.T, p *pathmendISCSI, proxy *flakyProxy, iqn string) bo
 		proxy.watchBound(p.sys, s.ID)
 	}
 	proxy.breakNow()
-	eventually(t, 60*time.Second, "the proxied session to leave LOGGED_IN", func() bool {
+	eventually(t, 90*time.Second, "the proxied session to leave LOGGED_IN", func() bool {
 		s, ok := sessionTo(t, p.sys, iqn, proxyPortal)
 		return ok && !s.State.LoggedIn()
 	})
-	eventually(t, 90*time.Second, "five reset reopen attempts", func() bool { n, _ := proxy.resetCount(); return n >= 5 })
+	// Counted per attempt: five reset reopens, at least two of them after
+	// the bind, or whatever two minutes of breaking gave.
+	all0, bound0 := proxy.resetCount()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if all, bound := proxy.resetCount(); all-all0 >= 5 && bound-bound0 >= 2 {
+			break
+		}
+	}
 	proxy.pass()
 	deadline := time.Now().Add(selfRecovery)
 	for time.Now().Before(deadline) {
