@@ -2,9 +2,10 @@
 # pathmend lab: the walk-through `make lab` runs in the guest. It builds an
 # NVMe-oF/TCP target (two namespaces, two ports with ANA optimized and
 # non-optimized) and an iSCSI target (two portals, dm-multipath), connects
-# the host side, shows the node's topology as read from sysfs, starts
-# pathmend and talks CSI to it over its socket, then breaks one path of
-# each transport and shows what the kernel publishes.
+# the host side, shows the node's topology as read from sysfs (the capture
+# tool's summary and `pathmend diagnose --plan`), starts pathmend and talks
+# CSI to it over its socket, then breaks one path of each transport and
+# shows what the kernel publishes and what pathmend makes of it.
 set -euo pipefail
 LAB=${LAB:-/lab}
 export LAB_BIN=$LAB/bin
@@ -14,6 +15,14 @@ export LAB_BIN=$LAB/bin
 . "$LAB/guest/fixtures.sh"
 
 step() { printf '\n==> [guest %6ss] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*"; }
+# diagnose exits non-zero when it finds defects: that is its report, not
+# a failure of the walk-through.
+diagnose() {
+	local rc=0
+	"$LAB_BIN/pathmend" diagnose --sys-root /sys --state-dir /run/pathmend/state --plan || rc=$?
+	echo "(pathmend diagnose exit status $rc)"
+}
+
 trap 'lab_teardown_all; [ -n "${PM:-}" ] && kill "$PM" 2>/dev/null; true' EXIT
 
 step "Building NVMe-oF/TCP targets: $NQN_PREFIX:lab with 2 namespaces on 127.0.0.1:4420 (optimized) and :4421 (non-optimized)"
@@ -32,9 +41,12 @@ lab_wait 30 "the multipath map" dm_maps_ready 1
 
 step "The node's storage topology, as read from sysfs"
 "$LAB_BIN/capture-sysfs" -summary
+mkdir -p /run/pathmend/state
+
+step "pathmend diagnose --plan: what pathmend reads from sysfs and would do (a dry run)"
+diagnose
 
 step "Starting pathmend serve (heal=observe) on unix:///run/pathmend/csi.sock"
-mkdir -p /run/pathmend/state
 "$LAB_BIN/pathmend" serve --endpoint unix:///run/pathmend/csi.sock --node-id pathmend-lab \
 	--sys-root /sys --dev-root /dev --state-dir /run/pathmend/state --heal=observe -v=4 \
 	>"$LAB/out/pathmend.log" 2>&1 &
@@ -50,6 +62,8 @@ nvme_wait_state "$c2" connecting 30
 s=$(iscsi_session_of "$IQN_PREFIX:lab" 127.0.0.2:3260)
 iscsi_wait_state "$s" FAILED 90 || true
 "$LAB_BIN/capture-sysfs" -summary
+step "pathmend diagnose --plan with the broken paths"
+diagnose
 
 step "Restoring both paths"
 nvmet_port_link 2 "$NQN_PREFIX:lab"
