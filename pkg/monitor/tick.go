@@ -125,7 +125,23 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 	m.back.prune(inUse)
 	slices.Sort(rep.Connects)
 	slices.Sort(rep.Skipped)
-	m.updateStatus(exps, rep, notes)
+	// Read again only when the tick changed the kernel's state; a healthy
+	// tick reads sysfs once.
+	if len(rep.Connects) > 0 || anyRemoved(rep.Outcomes) {
+		if h, err := nvme.Read(m.deps.SysFS); err == nil {
+			host = h
+		}
+	}
+	m.updateStatus(host, exps, rep, notes)
+}
+
+func anyRemoved(outs []heal.Outcome) bool {
+	for _, o := range outs {
+		if len(o.Removed) > 0 || o.Verdict == heal.Repaired {
+			return true
+		}
+	}
+	return false
 }
 
 // reconcile connects every endpoint of group that has no present
@@ -210,13 +226,9 @@ func siblingSecrets(m *Monitor, host *nvme.Host, nqn string) volume.Secrets {
 	return s
 }
 
-// updateStatus records what the tick saw per volume, reading sysfs again
-// when the tick changed anything, and feeds the path metrics.
-func (m *Monitor) updateStatus(exps []nvme.Expectation, rep *Report, notes map[string][]string) {
-	host, err := nvme.Read(m.deps.SysFS)
-	if err != nil {
-		return
-	}
+// updateStatus records what the tick saw per volume and feeds the path
+// metrics.
+func (m *Monitor) updateStatus(host *nvme.Host, exps []nvme.Expectation, rep *Report, notes map[string][]string) {
 	status := map[string]VolumeStatus{}
 	for _, e := range exps {
 		pr := nvme.ReportPaths(host, e)
