@@ -1,0 +1,201 @@
+package deploy
+
+import (
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// listenFlag names, per container, the flag that opens its HTTP listener.
+var listenFlag = map[string]string{
+	pluginContainer:    "metrics-address",
+	livenessContainer:  "http-endpoint",
+	registrarContainer: "http-endpoint",
+}
+
+// healthzBound is how long pathmend's /healthz lets its check run
+// (pkg/metrics); a probe must wait longer than that for the answer.
+const healthzBound = 5 * time.Second
+
+// listener is an address a container listens on, from its flags.
+type listener struct {
+	container string
+	host      string
+	port      int32
+}
+
+// listeners returns every HTTP listener the pod's containers open.
+func (in install) listeners(t *testing.T) []listener {
+	t.Helper()
+	var ls []listener
+	for _, c := range in.pod.Containers {
+		addr, ok := flagsOf(t, &c)[listenFlag[c.Name]]
+		if !ok || addr == "" {
+			continue
+		}
+		host, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatalf("container %s: --%s=%s: %v", c.Name, listenFlag[c.Name], addr, err)
+		}
+		port, err := strconv.ParseInt(p, 10, 32)
+		if err != nil {
+			t.Fatalf("container %s: --%s=%s: port: %v", c.Name, listenFlag[c.Name], addr, err)
+		}
+		ls = append(ls, listener{container: c.Name, host: host, port: int32(port)})
+	}
+	return ls
+}
+
+// TestInstall_PortsAreWhatContainersOpen: each declared port is opened by
+// its container's flags, and each listener is declared (the scheduler
+// keeps two pods on the host network from wanting one port).
+func TestInstall_PortsAreWhatContainersOpen(t *testing.T) {
+	forEachInstall(t, func(t *testing.T, in install) {
+		ls := in.listeners(t)
+		names := map[string]bool{}
+		for _, c := range in.pod.Containers {
+			for _, p := range c.Ports {
+				if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
+					t.Errorf("container %s: port name %q: %v", c.Name, p.Name, errs)
+				}
+				if names[p.Name] {
+					t.Errorf("port name %s declared twice", p.Name)
+				}
+				names[p.Name] = true
+				if !containsListener(ls, c.Name, p.ContainerPort) {
+					t.Errorf("container %s declares port %d, which its flags do not open", c.Name, p.ContainerPort)
+				}
+			}
+		}
+		for _, l := range ls {
+			if _, ok := in.declaredPort(l.container, l.port); !ok {
+				t.Errorf("container %s listens on %d without declaring it", l.container, l.port)
+			}
+		}
+	})
+}
+
+func containsListener(ls []listener, container string, port int32) bool {
+	for _, l := range ls {
+		if l.container == container && l.port == port {
+			return true
+		}
+	}
+	return false
+}
+
+func (in install) declaredPort(container string, port int32) (corev1.ContainerPort, bool) {
+	for _, c := range in.pod.Containers {
+		if c.Name != container {
+			continue
+		}
+		for _, p := range c.Ports {
+			if p.ContainerPort == port {
+				return p, true
+			}
+		}
+	}
+	return corev1.ContainerPort{}, false
+}
+
+// TestInstall_ProbesReachAListener: every probe is an HTTP GET of
+// /healthz on a port some container of the pod listens on, at an address
+// kubelet reaches (kubelet probes the pod IP, the node's own with
+// hostNetwork, unless the probe names a host), and waits longer for the
+// answer than the listener takes to give it. Liveness goes through the
+// livenessprobe sidecar (the CSI Probe RPC, answered during a NodeStage);
+// readiness through pathmend's own /healthz.
+func TestInstall_ProbesReachAListener(t *testing.T) {
+	forEachInstall(t, func(t *testing.T, in install) {
+		ls := in.listeners(t)
+		pm := in.container(t, pluginContainer)
+		if pm.LivenessProbe == nil || pm.ReadinessProbe == nil {
+			t.Fatal("pathmend needs a liveness and a readiness probe")
+		}
+		for _, c := range in.pod.Containers {
+			for kind, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+				if p == nil {
+					continue
+				}
+				if c.Name != pluginContainer {
+					t.Errorf("container %s: %s probe on a sidecar; probes restart the container they sit on", c.Name, kind)
+				}
+				g := p.HTTPGet
+				if g == nil {
+					t.Errorf("container %s: %s probe is not an HTTP GET", c.Name, kind)
+					continue
+				}
+				if g.Path != "/healthz" {
+					t.Errorf("container %s: %s probe path %q, want /healthz", c.Name, kind, g.Path)
+				}
+				port := in.probePort(t, &c, g.Port)
+				var l *listener
+				for i := range ls {
+					if ls[i].port == port {
+						l = &ls[i]
+					}
+				}
+				if l == nil {
+					t.Errorf("container %s: %s probe on port %d, where nothing listens", c.Name, kind, port)
+					continue
+				}
+				if !reaches(g.Host, l.host) {
+					t.Errorf("container %s: %s probe to host %q cannot reach %s listening on %q", c.Name, kind, g.Host, l.container, l.host)
+				}
+				bound := healthzBound
+				if l.container == livenessContainer {
+					v := flagsOf(t, in.container(t, livenessContainer))["probe-timeout"]
+					if v == "" {
+						v = "1s" // livenessprobe's default
+					}
+					d, err := time.ParseDuration(v)
+					if err != nil {
+						t.Fatalf("livenessprobe --probe-timeout=%s: %v", v, err)
+					}
+					bound = d
+				}
+				if time.Duration(p.TimeoutSeconds)*time.Second <= bound {
+					t.Errorf("container %s: %s probe times out after %ds, but %s answers within %s", c.Name, kind, p.TimeoutSeconds, l.container, bound)
+				}
+			}
+		}
+		if port := in.probePort(t, pm, pm.LivenessProbe.HTTPGet.Port); !containsListener(ls, livenessContainer, port) {
+			t.Errorf("liveness probe on port %d, not livenessprobe's: kubelet must not restart pathmend on a slow monitor tick", port)
+		}
+		if port := in.probePort(t, pm, pm.ReadinessProbe.HTTPGet.Port); !containsListener(ls, pluginContainer, port) {
+			t.Errorf("readiness probe on port %d, not pathmend's /healthz", port)
+		}
+	})
+}
+
+// probePort resolves a probe's port: a name is looked up in the probed
+// container's own ports, as kubelet does; a number is taken as is.
+func (in install) probePort(t *testing.T, c *corev1.Container, p intstr.IntOrString) int32 {
+	t.Helper()
+	if p.Type == intstr.Int {
+		return p.IntVal
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return cp.ContainerPort
+		}
+	}
+	t.Fatalf("container %s: probe port %q is not one of its named ports", c.Name, p.StrVal)
+	return 0
+}
+
+// reaches reports whether a probe to probeHost ("" is the pod IP, which is
+// the node's address on the host network) reaches a listener bound to
+// bindHost.
+func reaches(probeHost, bindHost string) bool {
+	switch bindHost {
+	case "", "0.0.0.0", "::":
+		return true
+	}
+	return probeHost == bindHost
+}
