@@ -97,14 +97,6 @@ func sessionTo(t *testing.T, sys sysfs.FS, iqn, portal string) (iscsi.Session, b
 	return iscsi.Session{}, false
 }
 
-// sessionIn reports whether the session to iqn through portal is in state.
-func sessionIn(t *testing.T, sys sysfs.FS, iqn, portal string, state iscsi.SessionState) func() bool {
-	return func() bool {
-		s, ok := sessionTo(t, sys, iqn, portal)
-		return ok && s.State == state
-	}
-}
-
 // flakyProxy is an iSCSI portal in front of a LIO portal. Passing, it
 // forwards bytes both ways. Breaking, it resets every open connection and
 // resets each new one as soon as the kernel shows the session's
