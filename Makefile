@@ -5,7 +5,7 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/pathmend
-IMAGE     ?= pathmend:$(VERSION)
+IMAGE     ?= ghcr.io/pathmend/pathmend:$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -37,6 +37,10 @@ verify: ## gofmt, go vet and staticcheck
 .PHONY: image
 image: ## build the container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+.PHONY: deploy-check
+deploy-check: ## check the manifests in deploy/ (strict decode, overlays, invariants; kubectl and promtool add checks when installed)
+	$(GO) test -count=1 ./deploy/...
 
 .PHONY: clean
 clean: ## remove build outputs
