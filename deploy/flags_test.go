@@ -21,9 +21,7 @@ import (
 // an unknown flag, so an image without the flag crash-loops: this list
 // must be empty when a release is tagged. An entry the binary has gained
 // is only logged, so that landing the flag does not fail this test.
-var flagsAheadOfBinary = map[string]string{
-	"host-command-prefix": "the iSCSI transport's wiring in serve (how iscsiadm, multipath and the iscsid restart reach the host)",
-}
+var flagsAheadOfBinary = map[string]string{}
 
 // sidecarFlags are the flags of the pinned sidecar releases
 // (node-driver-registrar v2.13, livenessprobe v2.15) that the manifests may

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/iscsi/attach"
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/monitor"
 	"github.com/pathmend/pathmend/pkg/nvme"
@@ -46,6 +49,12 @@ type serveConfig struct {
 	healMaxScope    string
 	hostNQNFile     string
 	hostIDFile      string
+
+	hostCommandPrefix    string
+	iscsidRestartCommand string
+	iscsiHealScope       string
+	iscsiStuckThreshold  time.Duration
+	noMultipathd         bool
 }
 
 func defaultServeConfig() serveConfig {
@@ -68,6 +77,10 @@ func defaultServeConfig() serveConfig {
 		healMaxScope:    "subsystem",
 		hostNQNFile:     "/etc/nvme/hostnqn",
 		hostIDFile:      "/etc/nvme/hostid",
+
+		iscsidRestartCommand: "systemctl restart iscsid",
+		iscsiHealScope:       string(iscsi.HealStaged),
+		iscsiStuckThreshold:  iscsi.DefaultThreshold,
 	}
 }
 
@@ -93,6 +106,11 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.healMaxScope, "heal-max-scope", c.healMaxScope, "widest teardown a repair may do: controller or subsystem")
 	fs.StringVar(&c.hostNQNFile, "hostnqn-file", c.hostNQNFile, "NVMe host NQN file; generated and persisted when absent")
 	fs.StringVar(&c.hostIDFile, "hostid-file", c.hostIDFile, "NVMe host ID file; generated and persisted when absent")
+	fs.StringVar(&c.hostCommandPrefix, "host-command-prefix", c.hostCommandPrefix, `prefix of every host command (iscsiadm, multipath, the iscsid restart), split on spaces; e.g. "nsenter --target 1 --mount --" from a container with hostPID`)
+	fs.StringVar(&c.iscsidRestartCommand, "iscsid-restart-command", c.iscsidRestartCommand, "host command that restarts iscsid (the heal's last rung), split on spaces")
+	fs.StringVar(&c.iscsiHealScope, "heal-iscsi-scope", c.iscsiHealScope, "iSCSI sessions the heal may kick: staged (targets of staged volumes) or all")
+	fs.DurationVar(&c.iscsiStuckThreshold, "iscsi-stuck-threshold", c.iscsiStuckThreshold, "how long a session must be down with its portal continuously reachable before it is kicked")
+	fs.BoolVar(&c.noMultipathd, "no-multipathd", c.noMultipathd, "the node runs no multipathd: iSCSI attach uses one disk without waiting for a map")
 }
 
 // validate checks the flags that New does not see.
@@ -112,6 +130,15 @@ func (c serveConfig) validate() error {
 	}
 	if _, err := parseScope(c.healMaxScope); err != nil {
 		errs = append(errs, fmt.Errorf("--heal-max-scope: %w", err))
+	}
+	if c.iscsiHealScope != string(iscsi.HealStaged) && c.iscsiHealScope != string(iscsi.HealAll) {
+		errs = append(errs, fmt.Errorf("--heal-iscsi-scope %q: want staged or all", c.iscsiHealScope))
+	}
+	if len(strings.Fields(c.iscsidRestartCommand)) == 0 {
+		errs = append(errs, errors.New("--iscsid-restart-command is empty"))
+	}
+	if c.iscsiStuckThreshold <= 0 {
+		errs = append(errs, errors.New("--iscsi-stuck-threshold must be positive"))
 	}
 	for flagName, dir := range map[string]string{"--sys-root": c.sysRoot, "--dev-root": c.devRoot, "--state-dir": c.stateDir} {
 		if dir == "" {
@@ -162,14 +189,40 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
-		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
-		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,
+	ex := exec.New()
+	prefix := strings.Fields(c.hostCommandPrefix)
+	restart := strings.Fields(c.iscsidRestartCommand)
+	// Two initiators over one exec: NodeStage's, and the heal's, whose
+	// commands count in pathmend_monitor_processes_started_total.
+	stageInit, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: ex, Sys: sys, CommandPrefix: prefix, RestartCommand: restart})
+	if err != nil {
+		return err
+	}
+	healInit, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: m.CountingExec(ex), Sys: sys, CommandPrefix: prefix, RestartCommand: restart})
+	if err != nil {
+		return err
+	}
+	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
+		Mode: mode, Scope: iscsi.HealScope(c.iscsiHealScope), Threshold: c.iscsiStuckThreshold,
+		Kicker: healInit, Prober: &iscsi.NetProber{},
 	})
 	if err != nil {
 		return err
 	}
-	ex := exec.New()
+	iscsiAtt, err := attach.NewAttacher(attach.AttacherConfig{
+		Sys: sys, DevRoot: c.devRoot, Initiator: stageInit, Records: store, Clocks: healer, NoMultipathd: c.noMultipathd,
+	})
+	if err != nil {
+		return err
+	}
+	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
+		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
+		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,
+		Sessions: sessionHeal{healer: healer, sys: sys, metrics: m},
+	})
+	if err != nil {
+		return err
+	}
 	d, err := driver.New(driver.Config{
 		DriverName:        c.driverName,
 		Version:           version,
@@ -186,7 +239,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		Exec:    ex,
 		Attachers: map[volume.Transport]driver.Attacher{
 			volume.TransportNVMeTCP: withMonitorNotes{Attacher: nvmeAtt, mon: mon},
-			volume.TransportISCSI:   driver.NotBuilt(volume.TransportISCSI),
+			volume.TransportISCSI:   iscsiAtt,
 		},
 		Now: time.Now,
 	})

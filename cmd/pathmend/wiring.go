@@ -13,10 +13,56 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/monitor"
+	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
+	"k8s.io/klog/v2"
 )
+
+// sessionHeal runs the iSCSI session heal in the monitor's tick: one read
+// of the iSCSI sysfs state, the healer's decisions, and the recovery
+// counters for every kick whose outcome is known.
+type sessionHeal struct {
+	healer  *iscsi.SessionHealer
+	sys     sysfs.FS
+	metrics *metrics.Metrics
+}
+
+func (s sessionHeal) Tick(ctx context.Context, records []volume.Record) {
+	snap, err := iscsi.Read(s.sys, time.Now())
+	if err != nil {
+		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
+		return
+	}
+	counts := map[heal.Kind]int{}
+	for _, r := range s.healer.Tick(ctx, snap, records) {
+		if r.State != iscsi.SessionLoggedIn && r.InScope && r.DownFor > 0 {
+			counts["SessionDown"]++
+		}
+		switch r.Verdict {
+		case heal.Repaired:
+			s.metrics.ObserveSessionRecovery(recoveryMethod(r.Kick), "logged_in")
+		case heal.Failed:
+			s.metrics.ObserveSessionRecovery(recoveryMethod(r.Kick), "failed")
+		}
+	}
+	s.metrics.SetDefects(string(volume.TransportISCSI), counts)
+}
+
+// recoveryMethod names a kick the way the metric documents it.
+func recoveryMethod(k iscsi.Kick) string {
+	switch k {
+	case iscsi.KickRelogin:
+		return "logout_login"
+	case iscsi.KickRestart:
+		return "iscsid_restart"
+	case iscsi.KickLogin:
+		return "login"
+	}
+	return string(k)
+}
 
 // withMonitorNotes adds what the monitor's last tick decided about a
 // volume (a deferred repair, a backed-off endpoint) to the condition its
