@@ -100,3 +100,22 @@ func TestRun_SummaryOfAFixture(t *testing.T) {
 		t.Errorf("healthy summary reports a missing leg:\n%s", out.String())
 	}
 }
+
+func TestRedactSecrets(t *testing.T) {
+	f := &sysfs.Fixture{Entries: []sysfs.Entry{
+		{Kind: sysfs.KindFile, Path: "class/iscsi_session/session1/password", Value: "chap-secret-123\n"},
+		{Kind: sysfs.KindFile, Path: "class/iscsi_session/session1/password_in", Value: "(null)\n"},
+		{Kind: sysfs.KindFile, Path: "class/nvme/nvme0/dhchap_secret", Value: "DHHC-1:00:abc:\n"},
+		{Kind: sysfs.KindFile, Path: "class/nvme/nvme0/dhchap_ctrl_secret", Value: "none\n"},
+		{Kind: sysfs.KindFile, Path: "class/iscsi_session/session1/username", Value: "lab-user\n"},
+	}}
+	if n := redactSecrets(f); n != 2 {
+		t.Errorf("redacted %d values, want 2", n)
+	}
+	want := []string{"<redacted>\n", "(null)\n", "<redacted>\n", "none\n", "lab-user\n"}
+	for i, e := range f.Entries {
+		if e.Value != want[i] {
+			t.Errorf("%s = %q, want %q", e.Path, e.Value, want[i])
+		}
+	}
+}

@@ -107,6 +107,8 @@ func run(args []string, stdout io.Writer, now func() time.Time) error {
 	if rel != "" {
 		f.Comments = append(f.Comments, "kernel: "+rel)
 	}
+	// Credentials are redacted always, -no-sanitize or not.
+	redactSecrets(f)
 	if !*noSanitize {
 		if kinds := sanitize(f); len(kinds) > 0 {
 			f.Comments = append(f.Comments, "sanitized: "+strings.Join(kinds, ", ")+" replaced by stable fakes")

@@ -29,6 +29,33 @@ var identities = []identity{
 	}},
 }
 
+// secretAttrs are attributes whose value is a credential: iSCSI CHAP
+// passwords (world-readable in sysfs!) and NVMe DH-HMAC-CHAP keys. A capture
+// keeps that they are set, never what they are.
+var secretAttrs = map[string]bool{
+	"password": true, "password_in": true,
+	"dhchap_secret": true, "dhchap_ctrl_secret": true,
+}
+
+// redactSecrets replaces the value of every credential attribute that is
+// set with "<redacted>"; unset values ("(null)", "none", empty) are kept.
+// It returns how many values it replaced.
+func redactSecrets(f *sysfs.Fixture) int {
+	n := 0
+	for i, e := range f.Entries {
+		if e.Kind != sysfs.KindFile || !secretAttrs[path.Base(e.Path)] {
+			continue
+		}
+		switch strings.TrimRight(e.Value, "\n \x00") {
+		case "", "(null)", "none":
+			continue
+		}
+		f.Entries[i].Value = "<redacted>\n"
+		n++
+	}
+	return n
+}
+
 // sanitize replaces every host identity (the values of hostnqn, hostid
 // and initiatorname attributes) with a stable fake, everywhere it occurs
 // in an attribute value, so the same identity maps to the same fake across
