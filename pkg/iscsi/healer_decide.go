@@ -94,11 +94,7 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
 	r.Kick = KickLogin
 	if r.State != SessionAbsent {
 		s, _ := snap.Session(r.Session)
-		inUse, reason := lastPathInUse(snap, s, recs)
-		r.Kick, why = KickRelogin, reason
-		if inUse {
-			r.Kick = KickRestart
-		}
+		r.Kick, why = ChooseKick(snap, s, recs)
 	}
 	// A restart bounces every session of the node: its budget is per node.
 	// Logins and relogins touch one node record: their cooldown is per

@@ -8,6 +8,26 @@ import (
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
+// ChooseKick is the heal ladder's structural choice for session s, a
+// session of snap that is out of LOGGED_IN: KickRelogin when logging it
+// out takes no device in use from its user (every LUN has another live
+// path through its multipath map, or no staged volume uses it), else
+// KickRestart. why says which LUN decided and how. records are the staged
+// volumes of any transport; only iSCSI ones count.
+//
+// It is the choice the SessionHealer makes once s has been down for its
+// threshold with the portal continuously reachable. It knows nothing of
+// time, reachability, cooldowns, scope or login rejections: those gates
+// come before it in the SessionHealer, and a caller without them (a
+// one-shot diagnosis) must say so. It reads only its arguments.
+func ChooseKick(snap *Snapshot, s Session, records []volume.Record) (k Kick, why string) {
+	inUse, why := lastPathInUse(snap, s, iscsiRecords(records))
+	if inUse {
+		return KickRestart, why
+	}
+	return KickRelogin, why
+}
+
 // lastPathInUse decides whether logging session s out could take a
 // device in use away from its user: whether some LUN of s has no other
 // live path and is in use. why says which LUN and why, or why a logout
