@@ -2,7 +2,7 @@
 
 SHELL     := /bin/bash
 GO        ?= go
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION   ?= $(shell cat deploy/VERSION)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/pathmend
 IMAGE     ?= ghcr.io/pathmend/pathmend:$(VERSION)
