@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -31,8 +32,8 @@ const (
 	diagnoseError   = 2
 )
 
-// runDiagnose is `pathmend diagnose`: one read of sysfs, Inspect, and a
-// report. It reads only; it writes nothing and starts no process.
+// runDiagnose is `pathmend diagnose`: one read of sysfs (NVMe and iSCSI),
+// the diagnosis of each, and a report. It reads only; it writes nothing and starts no process.
 func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	return diagnose(args, stdout, stderr, time.Now)
 }
@@ -49,6 +50,8 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	plan := fl.Bool("plan", false, "also show what the heal policy would do right now (a dry run: no action, ever)")
 	grace := fl.Duration("heal-grace", heal.DefaultGrace, "with --plan: the connect grace the policy applies")
 	maxScope := fl.String("heal-max-scope", "subsystem", "with --plan: the widest teardown allowed (controller or subsystem)")
+	iscsiScope := fl.String("heal-iscsi-scope", string(iscsi.HealStaged), "with --plan: iSCSI sessions the heal may kick (staged or all)")
+	iscsiThreshold := fl.Duration("iscsi-stuck-threshold", iscsi.DefaultThreshold, "with --plan: how long a session must be down, its portal reachable, before the heal kicks it")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return diagnoseHealthy
@@ -59,7 +62,13 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 		fmt.Fprintf(stderr, "pathmend diagnose: unexpected arguments %q\n", fl.Args())
 		return diagnoseError
 	}
-	h, err := nvme.Read(sysfs.New(*sysRoot))
+	sys := sysfs.New(*sysRoot)
+	h, err := nvme.Read(sys)
+	if err != nil {
+		fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
+		return diagnoseError
+	}
+	snap, err := iscsi.Read(sys, now())
 	if err != nil {
 		fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
 		return diagnoseError
@@ -76,9 +85,24 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 			want = append(want, e)
 		}
 	}
-	rep := newReport(h, want, nvme.Inspect(h, want), now())
+	nvmeDefects := nvme.Inspect(h, want)
+	rep := newReport(h, want, nvmeDefects, now())
 	rep.SysRoot, rep.StateDir = *sysRoot, *stateDir
+	// iSCSI defects follow the NVMe ones; the NVMe policy plans only its
+	// own, the iSCSI plan is the session heal's structural choice.
+	isd := diagnoseISCSI(snap, records, iscsiPlanConfig{Scope: iscsi.HealScope(*iscsiScope), Threshold: *iscsiThreshold})
+	rep.ISCSI = isd.rep
+	rep.Defects = append(rep.Defects, isd.defects...)
+	rep.Healthy = len(rep.Defects) == 0
 	if *plan {
+		if s := iscsi.HealScope(*iscsiScope); s != iscsi.HealStaged && s != iscsi.HealAll {
+			fmt.Fprintf(stderr, "pathmend diagnose: --heal-iscsi-scope %q: want staged or all\n", s)
+			return diagnoseError
+		}
+		if *iscsiThreshold <= 0 {
+			fmt.Fprintln(stderr, "pathmend diagnose: --iscsi-stuck-threshold must be positive")
+			return diagnoseError
+		}
 		scope, err := parseScope(*maxScope)
 		if err != nil {
 			fmt.Fprintf(stderr, "pathmend diagnose: --heal-max-scope: %v\n", err)
@@ -89,7 +113,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 			fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
 			return diagnoseError
 		}
-		rep.Plan = planOf(p.Plan(rep.Defects))
+		rep.Plan = append(planOf(p.Plan(nvmeDefects)), isd.plan...)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -143,6 +167,9 @@ type report struct {
 	Volumes       []volumeRep   `json:"volumes"`
 	Defects       []heal.Defect `json:"defects"`
 	Skipped       []nvme.Skip   `json:"skipped"`
+	// ISCSI is the iSCSI sessions, multipath maps and staged iSCSI
+	// volumes (diagnose_iscsi.go); its defects are in Defects.
+	ISCSI iscsiRep `json:"iscsi"`
 	// Plan is present with --plan only: the policy's verdict on each
 	// defect right now, as a dry run.
 	Plan []planRep `json:"plan,omitempty"`
@@ -339,6 +366,7 @@ func (r *report) writeTable(out io.Writer) error {
 		writeRows(w, rows)
 		fmt.Fprintln(w)
 	}
+	r.ISCSI.writeTable(w)
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "skipped %s: %s\n", s.Path, s.Reason)
 	}

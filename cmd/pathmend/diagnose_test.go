@@ -117,7 +117,7 @@ func TestDiagnose_JSONSchema(t *testing.T) {
 	for k := range doc {
 		keys = append(keys, k)
 	}
-	want := []string{"defects", "healthy", "schemaVersion", "skipped", "stateDir", "subsystems", "sysRoot", "time", "unlistedControllers", "volumes"}
+	want := []string{"defects", "healthy", "iscsi", "schemaVersion", "skipped", "stateDir", "subsystems", "sysRoot", "time", "unlistedControllers", "volumes"}
 	if d := cmp.Diff(want, slices.Sorted(slices.Values(keys))); d != "" {
 		t.Errorf("top-level keys (-want +got):\n%s", d)
 	}
