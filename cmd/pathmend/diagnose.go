@@ -170,9 +170,10 @@ type report struct {
 	// ISCSI is the iSCSI sessions, multipath maps and staged iSCSI
 	// volumes (diagnose_iscsi.go); its defects are in Defects.
 	ISCSI iscsiRep `json:"iscsi"`
-	// Plan is present with --plan only: the policy's verdict on each
-	// defect right now, as a dry run.
-	Plan []planRep `json:"plan,omitempty"`
+	// Plan is present with --plan only (an empty list without defects:
+	// omitzero drops nil, not empty): the verdict on each defect right
+	// now, as a dry run.
+	Plan []planRep `json:"plan,omitzero"`
 }
 
 // planRep is the dry-run verdict on one defect.
