@@ -55,7 +55,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   pathmend [serve] [flags]   serve the CSI Identity and Node services (default)
   pathmend version           print the version
-  pathmend diagnose [--sys-root DIR] [--state-dir DIR] [--json]   report NVMe paths and defects (exit 0 healthy, 1 defects, 2 error)
+  pathmend diagnose [--sys-root DIR] [--state-dir DIR] [--json]   report NVMe and iSCSI paths and defects (exit 0 healthy, 1 defects, 2 error)
   pathmend serve -h          list the serve flags
 `)
 }
