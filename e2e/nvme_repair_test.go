@@ -1,0 +1,419 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+)
+
+// startPathmendLog is startPathmend that also returns the path of
+// pathmend's log, so a test can assert on the "Heal verdict" lines.
+func startPathmendLog(t *testing.T, l lab, nodeID string, extra ...string) (*grpc.ClientConn, string) {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "csi.sock")
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "pathmend.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"serve",
+		"--endpoint", "unix://" + sock, "--node-id", nodeID,
+		"--sys-root", "/sys", "--dev-root", "/dev", "--state-dir", state,
+		"--heal=observe", "-v=4"}, extra...)
+	cmd := exec.Command(l.bin("pathmend"), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("pathmend did not stop within 15s of SIGINT")
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("pathmend log:\n%s", b)
+		}
+	})
+	eventually(t, 30*time.Second, "pathmend's socket", func() bool {
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("pathmend exited early: %v\n%s", err, b)
+		default:
+		}
+		fi, err := os.Stat(sock)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
+	})
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, logPath
+}
+
+// logLine is one klog text line of pathmend's log, with its structured
+// key/value pairs.
+type logLine struct {
+	At  time.Time // klog header time (no year)
+	Msg string
+	KV  map[string]string
+	Raw string
+}
+
+var (
+	klogHeader = regexp.MustCompile(`^[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+\s+\S+\] "((?:[^"\\]|\\.)*)"(.*)$`)
+	klogKV     = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S*)`)
+)
+
+// readLog parses every structured line of a pathmend log.
+func readLog(t *testing.T, path string) []logLine {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []logLine
+	for _, raw := range strings.Split(string(b), "\n") {
+		m := klogHeader.FindStringSubmatch(raw)
+		if m == nil {
+			continue
+		}
+		at, err := time.Parse("0102 15:04:05.000000", m[1])
+		if err != nil {
+			continue
+		}
+		msg, err := strconv.Unquote(`"` + m[2] + `"`)
+		if err != nil {
+			msg = m[2]
+		}
+		kv := map[string]string{}
+		for _, p := range klogKV.FindAllStringSubmatch(m[3], -1) {
+			v := p[2]
+			if u, err := strconv.Unquote(v); err == nil {
+				v = u
+			}
+			kv[p[1]] = v
+		}
+		out = append(out, logLine{At: at, Msg: msg, KV: kv, Raw: raw})
+	}
+	return out
+}
+
+// verdicts returns the "Heal verdict" lines about key, in log order.
+func verdicts(lines []logLine, key string) []logLine {
+	var out []logLine
+	for _, l := range lines {
+		if l.Msg == "Heal verdict" && l.KV["key"] == key {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func withMsg(lines []logLine, msg string) []logLine {
+	var out []logLine
+	for _, l := range lines {
+		if l.Msg == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// ctrlID identifies one controller instance: a kernel instance name is
+// reused as soon as it is free, so the name alone does not tell a
+// reconnected controller from the old one.
+type ctrlID struct {
+	Name    string
+	CntlID  uint16
+	Created time.Time
+	State   string
+}
+
+func (c ctrlID) String() string {
+	return fmt.Sprintf("%s (cntlid %d, %s, created %s)", c.Name, c.CntlID, c.State, c.Created.Format("15:04:05.000"))
+}
+
+// controllersTo lists the controllers of nqn to addr:svc.
+func controllersTo(t *testing.T, nqn, addr, svc string) []ctrlID {
+	t.Helper()
+	h, err := nvme.Read(sysfs.New("/sys"))
+	if err != nil {
+		t.Fatalf("read nvme state: %v", err)
+	}
+	var out []ctrlID
+	for _, c := range h.Controllers {
+		if c.SubsysNQN == nqn && c.Address.Traddr == addr && c.Address.Trsvcid == svc {
+			out = append(out, ctrlID{Name: string(c.Name), CntlID: c.CntlID, Created: c.CreatedAt, State: string(c.State)})
+		}
+	}
+	return out
+}
+
+// headOf returns the namespace nsid of nqn and its legs, or ok=false.
+func headOf(t *testing.T, nqn string, nsid uint32) (head string, legs []string, ok bool) {
+	t.Helper()
+	h, err := nvme.Read(sysfs.New("/sys"))
+	if err != nil {
+		return "", nil, false
+	}
+	for _, s := range h.Subsystems {
+		if s.NQN != nqn {
+			continue
+		}
+		for _, ns := range s.Namespaces {
+			if ns.NSID != nsid || ns.Head == "" {
+				continue
+			}
+			for _, p := range ns.Paths {
+				legs = append(legs, fmt.Sprintf("%s %s", p.Controller, p.ANAState))
+			}
+			return string(ns.Head), legs, true
+		}
+	}
+	return "", nil, false
+}
+
+// unmountOnCleanup lazily unmounts a staging path if a failed test left it
+// mounted, so removing the test's temporary directory does not fail.
+func unmountOnCleanup(t *testing.T, path string) {
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", path).Run() })
+}
+
+// TestNVMeAttach_RepairRetryOnNoNamespace drives NodeStage's attach-time
+// repair on Linux 6.1 in the "already connected but unusable" state: both
+// controllers of the volume's subsystem are connected (by someone else,
+// before pathmend) while the target exports no namespace.
+//
+// What the kernel does (recorded here): a namespace the target adds later
+// is noticed by the connected controllers on their own — nvmet sends a
+// namespace-attribute-changed asynchronous event and the host rescans
+// within a second — even when the event cannot be delivered at the moment
+// the namespace is added (packets from the target dropped for 2 s): it is
+// delivered once they flow again. So on this kernel no way was found to
+// make a namespace exist on the target that the connected host does not
+// see, and the repair is not what makes such a volume stageable. What the
+// test proves instead:
+//
+//   - while the subsystem exports nothing, NodeStage fails cleanly with an
+//     error naming the missing namespace and the repair it tried, and the
+//     log's verdict line shows the repair (the pre-connected controllers
+//     torn down, --heal-grace=1ms standing in for controllers an hour old);
+//   - a second attempt within the cooldown is deferred, not repeated;
+//   - once the namespace exists, NodeStage succeeds over the controllers
+//     already there (no repair), and the device carries data across an
+//     unstage and a fresh stage.
+func TestNVMeAttach_RepairRetryOnNoNamespace(t *testing.T) {
+	l := needLab(t)
+	l.teardownAll(t)
+	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-repair-retry"
+	l.sh(t, fmt.Sprintf(`
+modprobe nvme_tcp
+nqn=%q
+nvmet_subsys_create "$nqn"
+nvmet_port_create 1 127.0.0.1 4420
+nvmet_port_create 2 127.0.0.1 4421
+nvmet_port_ana 1 1 optimized
+nvmet_port_ana 2 1 non-optimized
+nvmet_port_link 1 "$nqn"
+nvmet_port_link 2 "$nqn"
+lab_loop_create e2e-repair-ns1 64 >/dev/null
+`, nqn))
+	fsys := sysfs.New("/sys")
+	preconnect := func() []ctrlID {
+		t.Helper()
+		for _, ep := range [][2]string{{"127.0.0.1", "4420"}, {"127.0.0.1", "4421"}} {
+			if len(controllersTo(t, nqn, ep[0], ep[1])) > 0 {
+				continue
+			}
+			c := fabricsConnect(t, nqn, ep[0], ep[1])
+			eventually(t, 20*time.Second, c+" live", attrIs(fsys, "class/nvme/"+c+"/state", "live"))
+		}
+		return append(controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421")...)
+	}
+	pre := preconnect()
+	time.Sleep(2 * time.Second) // any namespace scan has run by now
+	if _, _, ok := headOf(t, nqn, 1); ok {
+		t.Fatal("a namespace head exists although the target exports none")
+	}
+	t.Logf("pre-connected, zero namespaces: %v", pre)
+
+	conn, logPath := startPathmendLog(t, l, "lab-node", "--heal=repair", "--monitor-interval=1s",
+		"--heal-grace=1ms", "--attach-timeout=3s")
+	node := csi.NewNodeClient(conn)
+	dir := t.TempDir()
+	staging := filepath.Join(dir, "staging")
+	os.MkdirAll(staging, 0o750)
+	unmountOnCleanup(t, staging)
+	vctx := twoPathContext(nqn, 1)
+	stage := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		_, err := node.NodeStageVolume(ctx, stageReq("vol-retry", staging, vctx))
+		return err
+	}
+
+	// 1. NoNamespace: the stage repairs once, connects again, and fails.
+	start := time.Now()
+	err := stage()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("NodeStage succeeded although the subsystem exports no namespace")
+	}
+	st, _ := status.FromError(err)
+	t.Logf("NodeStage with no namespace failed after %s: %s: %s", took.Round(100*time.Millisecond), st.Code(), st.Message())
+	for _, want := range []string{"namespace not found", "nsid 1", "NoNamespace repaired"} {
+		if !strings.Contains(st.Message(), want) {
+			t.Errorf("stage error %q does not mention %q", st.Message(), want)
+		}
+	}
+	lines := readLog(t, logPath)
+	if len(withMsg(lines, "Volume not usable after connect; trying one repair")) != 1 {
+		t.Errorf("want one 'Volume not usable after connect' line in the log")
+	}
+	v := verdicts(lines, nqn)
+	if len(v) != 1 || v[0].KV["verdict"] != "repaired" || v[0].KV["defect"] != "NoNamespace" || v[0].KV["scope"] != "subsystem" {
+		t.Fatalf("verdict lines for %s after the first stage = %v, want one NoNamespace repaired", nqn, rawLines(v))
+	}
+	t.Logf("verdict: %s", v[0].Raw)
+	for _, c := range pre {
+		if !strings.Contains(v[0].KV["controllers"], c.Name+" (tcp 127.0.0.1:") {
+			t.Errorf("verdict controllers=%q does not name pre-connected %s", v[0].KV["controllers"], c.Name)
+		}
+	}
+	after := append(controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421")...)
+	for _, c := range pre {
+		for _, a := range after {
+			if a.Name == c.Name && a.Created.Equal(c.Created) && a.CntlID == c.CntlID {
+				t.Errorf("pre-connected %s is still there after the repair", c)
+			}
+		}
+	}
+	// A failed attach is not rolled back: the retry's controllers stay.
+	t.Logf("controllers after the failed stage (the retry's connects): %v", after)
+	if _, err := node.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: "vol-retry"}); status.Code(err) != codes.NotFound {
+		t.Errorf("NodeGetVolumeHealth after the failed stage: %v, want NotFound (no record)", err)
+	}
+
+	// 2. Retried within the cooldown: deferred, nothing torn down.
+	before2 := after
+	if err := stage(); err == nil {
+		t.Fatal("second NodeStage succeeded although the subsystem still exports no namespace")
+	} else {
+		t.Logf("second NodeStage: %v", err)
+	}
+	v = verdicts(readLog(t, logPath), nqn)
+	if len(v) != 2 || v[1].KV["verdict"] != "deferred" || !strings.HasPrefix(v[1].KV["reason"], "cooldown:") {
+		t.Fatalf("verdicts after the second stage = %v, want a cooldown deferral", rawLines(v))
+	}
+	t.Logf("verdict: %s", v[1].Raw)
+	after2 := append(controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421")...)
+	if fmt.Sprint(after2) != fmt.Sprint(before2) {
+		t.Errorf("controllers changed during a deferred repair: %v → %v", before2, after2)
+	}
+
+	// 3. The kernel: the namespace is added while no packet from the
+	// target reaches the host (the asynchronous event is held up), then
+	// packets flow again. pathmend stages nothing meanwhile.
+	l.sh(t, "iptables -I OUTPUT -p tcp --sport 4420 -j DROP; iptables -I OUTPUT -p tcp --sport 4421 -j DROP")
+	added := time.Now()
+	l.sh(t, fmt.Sprintf(`nvmet_ns_add %q 1 "$(losetup -j "$LAB_BACKING/e2e-repair-ns1.img" | cut -d: -f1)" 1 "$(lab_uuid_of %q/1)"`, nqn, nqn))
+	time.Sleep(2 * time.Second)
+	_, _, seenDuringDrop := headOf(t, nqn, 1)
+	l.sh(t, "iptables -D OUTPUT -p tcp --sport 4420 -j DROP; iptables -D OUTPUT -p tcp --sport 4421 -j DROP")
+	restored := time.Now()
+	var head string
+	var legs []string
+	eventually(t, 20*time.Second, "the kernel to attach namespace 1 through both controllers", func() bool {
+		var ok bool
+		head, legs, ok = headOf(t, nqn, 1)
+		return ok && len(legs) == 2
+	})
+	t.Logf("kernel: namespace added at +0 with target→host packets dropped; head during the drop: %v; %s with legs %v %s after packets flowed again (%s after the add), without a reconnect",
+		seenDuringDrop, head, legs, time.Since(restored).Round(100*time.Millisecond), time.Since(added).Round(100*time.Millisecond))
+	if now := append(controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421")...); fmt.Sprint(now) != fmt.Sprint(after2) {
+		t.Errorf("controllers changed while the kernel picked up the namespace: %v → %v", after2, now)
+	}
+	if out, err := exec.Command("sh", "-c", "dmesg | grep 'rescanning namespaces' | tail -4").CombinedOutput(); err == nil {
+		t.Logf("dmesg:\n%s", bytes.TrimSpace(out))
+	}
+
+	// 4. NodeStage now succeeds over the controllers already there: no
+	// further repair, no new controller.
+	nLines := len(readLog(t, logPath))
+	start = time.Now()
+	if err := stage(); err != nil {
+		t.Fatalf("NodeStage with the namespace present: %v", err)
+	}
+	t.Logf("NodeStage with the namespace present: OK in %s", time.Since(start).Round(100*time.Millisecond))
+	newLines := readLog(t, logPath)[nLines:]
+	if n := len(withMsg(newLines, "Volume not usable after connect; trying one repair")) + len(verdicts(newLines, nqn)); n != 0 {
+		t.Errorf("the successful stage tried a repair: %v", rawLines(newLines))
+	}
+	if now := append(controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421")...); fmt.Sprint(now) != fmt.Sprint(after2) {
+		t.Errorf("the stage changed the controllers: %v → %v", after2, now)
+	}
+	if hs := volumeHealth(t, node, "vol-retry"); len(hs) != 0 {
+		t.Errorf("health after stage = %v, want healthy", hs)
+	}
+	pattern := bytes.Repeat([]byte("no-namespace-then-one-"), 4096)
+	if err := os.WriteFile(filepath.Join(staging, "pattern"), pattern, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unstage := func() {
+		t.Helper()
+		rpc(t, "NodeUnstageVolume", func(ctx context.Context) error {
+			_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-retry", StagingTargetPath: staging})
+			return err
+		})
+	}
+	unstage()
+	eventually(t, 20*time.Second, "controllers gone after unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	rpc(t, "NodeStageVolume (fresh connect)", func(context.Context) error { return stage() })
+	got, err := os.ReadFile(filepath.Join(staging, "pattern"))
+	if err != nil || !bytes.Equal(got, pattern) {
+		t.Fatalf("pattern after unstage and a fresh stage: %d bytes, %v", len(got), err)
+	}
+	unstage()
+}
+
+func rawLines(ls []logLine) []string {
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.Raw)
+	}
+	return out
+}
