@@ -153,6 +153,16 @@ func withMsg(lines []logLine, msg string) []logLine {
 	return out
 }
 
+func countVerdict(lines []logLine, verdict string) int {
+	n := 0
+	for _, l := range lines {
+		if l.KV["verdict"] == verdict {
+			n++
+		}
+	}
+	return n
+}
+
 // ctrlID identifies one controller instance: a kernel instance name is
 // reused as soon as it is free, so the name alone does not tell a
 // reconnected controller from the old one.
@@ -408,6 +418,214 @@ lab_loop_create e2e-repair-ns1 64 >/dev/null
 		t.Fatalf("pattern after unstage and a fresh stage: %d bytes, %v", len(got), err)
 	}
 	unstage()
+}
+
+// TestNVMeMonitor_ControllerNotContributingRepairedOnceThenArrayFixed: a
+// two-path volume whose second path is a live controller of the shared NQN
+// on a second "array" (nqnproxy on 127.0.0.3:4420 in front of another
+// nvmet subsystem) whose namespace 1 carries another UUID: Linux logs
+// "IDs don't match for shared namespace" and that controller contributes
+// no path. Array B's namespace is backed by array A's device (a replica),
+// so once its UUID is fixed either path serves the same data.
+//
+// Asserted: NodeStage succeeds over path A; health is DEGRADED naming
+// "contributes no path"; the policy defers by grace, then repairs (tears
+// that controller down) within grace + a tick, and the monitor reconnects
+// the endpoint in the same tick; the mismatch persists, so the new
+// controller contributes nothing either and the next decision is deferred
+// by the cooldown — one repair in the following 10 s. Then the array is
+// fixed (namespace UUID of B set to A's), health returns to healthy, the
+// pattern written before reads back identical, and the log shows how the
+// path came back: by the kernel's own rescan (no further repair) or by
+// pathmend's next repair after the cooldown.
+func TestNVMeMonitor_ControllerNotContributingRepairedOnceThenArrayFixed(t *testing.T) {
+	l := needLab(t)
+	l.teardownAll(t)
+	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-notcontrib"
+	const alias = "nqn.2024-01.io.pathmend.lab:e2e-notcontrib-b"
+	const grace, cooldown = 3 * time.Second, 20 * time.Second
+	l.sh(t, fmt.Sprintf(`
+modprobe nvme_tcp
+nvmet_port_create 1 127.0.0.1 4420
+nvmet_port_ana 1 1 optimized
+nvmet_subsys_create %[1]q 1 99
+nvmet_subsys_create %[2]q 100 199
+dev=$(lab_loop_create e2e-array 64)
+nvmet_ns_add %[1]q 1 "$dev" 1 "$(lab_uuid_of %[1]q/1)"
+nvmet_ns_add %[2]q 1 "$dev" 1 "$(lab_uuid_of %[2]q/1)"
+nvmet_port_link 1 %[1]q
+nvmet_port_link 1 %[2]q
+nqnproxy_start 127.0.0.3:4420 127.0.0.1:4420 %[1]q %[2]q
+`, nqn, alias))
+	conn, logPath := startPathmendLog(t, l, "lab-node", "--heal=repair", "--monitor-interval=1s",
+		"--heal-grace="+grace.String(), "--heal-cooldown="+cooldown.String())
+	node := csi.NewNodeClient(conn)
+	dir := t.TempDir()
+	staging := filepath.Join(dir, "staging")
+	os.MkdirAll(staging, 0o750)
+	unmountOnCleanup(t, staging)
+	key := nqn + " tcp 127.0.0.3:4420"
+	vctx := map[string]string{
+		"transport": "nvme-tcp", "nqn": nqn, "nsid": "1",
+		"endpoints":          "127.0.0.1:4420,127.0.0.3:4420",
+		"optimizedEndpoints": "127.0.0.1:4420",
+	}
+
+	staged := time.Now()
+	rpc(t, "NodeStageVolume", func(ctx context.Context) error {
+		_, err := node.NodeStageVolume(ctx, stageReq("vol-nc", staging, vctx))
+		return err
+	})
+	t.Logf("NodeStage OK in %s", time.Since(staged).Round(100*time.Millisecond))
+	first := controllersTo(t, nqn, "127.0.0.3", "4420")
+	if len(first) != 1 {
+		t.Fatalf("controllers to 127.0.0.3:4420 after stage = %v, want 1", first)
+	}
+	pattern := bytes.Repeat([]byte("before-the-repair-"), 4096)
+	if err := os.WriteFile(filepath.Join(staging, "pattern"), pattern, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("sync").Run(); err != nil {
+		t.Fatal(err)
+	}
+	hs := volumeHealth(t, node, "vol-nc")
+	if len(hs) != 1 || hs[0].GetStatus() != csi.VolumeHealthErrorType_DEGRADED || !strings.Contains(hs[0].GetMessage(), "contributes no path") {
+		t.Fatalf("health after stage = %v, want DEGRADED naming 'contributes no path'", hs)
+	}
+	t.Logf("health after stage: %s %s: %s", hs[0].GetStatus(), hs[0].GetReason(), hs[0].GetMessage())
+
+	// Deferred by grace, then repaired within grace + a tick.
+	var v []logLine
+	eventually(t, grace+10*time.Second, "a repaired verdict for "+key, func() bool {
+		v = verdicts(readLog(t, logPath), key)
+		return countVerdict(v, "repaired") >= 1
+	})
+	repairedSeen := time.Now()
+	if v[0].KV["verdict"] != "deferred" || !strings.HasPrefix(v[0].KV["reason"], "grace:") {
+		t.Errorf("first verdict for %s = %s, want deferred by grace", key, v[0].Raw)
+	}
+	var rep logLine
+	for _, x := range v {
+		if x.KV["verdict"] == "repaired" {
+			rep = x
+			break
+		}
+	}
+	for _, x := range v {
+		t.Logf("verdict: %s", x.Raw)
+	}
+	if x := rep.KV["controllers"]; x != first[0].Name+" (tcp 127.0.0.3:4420)" {
+		t.Errorf("repaired controllers=%q, want %s (tcp 127.0.0.3:4420)", x, first[0].Name)
+	}
+	if age := rep.At.Sub(v[0].At); age > grace+3*time.Second {
+		t.Errorf("repair %s after the grace deferral, want within grace %s + a tick", age, grace)
+	}
+	t.Logf("time to repair: %s after the deferral, %s after NodeStage returned (wall clock, polled)",
+		rep.At.Sub(v[0].At).Round(10*time.Millisecond), repairedSeen.Sub(staged).Round(100*time.Millisecond))
+
+	// The monitor reconnects the endpoint in the same tick.
+	var reconn logLine
+	eventually(t, 10*time.Second, "a 'Reconnected path' line for 127.0.0.3:4420", func() bool {
+		for _, x := range withMsg(readLog(t, logPath), "Reconnected path") {
+			if x.KV["endpoint"] == "127.0.0.3:4420" && !x.At.Before(rep.At) {
+				reconn = x
+				return true
+			}
+		}
+		return false
+	})
+	if d := reconn.At.Sub(rep.At); d > time.Second {
+		t.Errorf("reconnect %s after the repair: not the same tick (interval 1s)", d)
+	}
+	t.Logf("reconnected %s after the repair: %s", reconn.At.Sub(rep.At).Round(time.Millisecond), reconn.Raw)
+	var second []ctrlID
+	eventually(t, 10*time.Second, "a new live controller to 127.0.0.3:4420", func() bool {
+		second = controllersTo(t, nqn, "127.0.0.3", "4420")
+		return len(second) == 1 && second[0].State == "live" && (second[0].Name != first[0].Name || !second[0].Created.Equal(first[0].Created))
+	})
+	t.Logf("controller to 127.0.0.3:4420: %s → %s", first[0], second[0])
+
+	// The mismatch persists: the new controller contributes nothing and
+	// the next decision is deferred by the cooldown. No flapping.
+	time.Sleep(10 * time.Second)
+	v = verdicts(readLog(t, logPath), key)
+	if n := countVerdict(v, "repaired"); n != 1 {
+		t.Errorf("%d repairs of %s in the 10 s after the first, want exactly 1 in all (cooldown %s)", n, key, cooldown)
+	}
+	cool := false
+	for _, x := range v {
+		if x.At.After(rep.At) && x.KV["verdict"] == "deferred" && strings.HasPrefix(x.KV["reason"], "cooldown:") {
+			cool = true
+			t.Logf("verdict: %s", x.Raw)
+		}
+	}
+	if !cool {
+		t.Errorf("no cooldown deferral after the repair: %v", rawLines(v))
+	}
+	if _, legs, ok := headOf(t, nqn, 1); !ok || len(legs) != 1 {
+		t.Errorf("legs of namespace 1 with the mismatch = %v, want 1 (via array A)", legs)
+	}
+	if hs := volumeHealth(t, node, "vol-nc"); len(hs) != 1 || !strings.Contains(hs[0].GetMessage(), second[0].Name+" contributes no path") {
+		t.Errorf("health with the mismatch after the repair = %v, want %s naming 'contributes no path'", hs, second[0].Name)
+	}
+	if out, err := exec.Command("sh", "-c", "dmesg | grep \"IDs don't match\" | tail -3").CombinedOutput(); err == nil {
+		t.Logf("dmesg:\n%s", bytes.TrimSpace(out))
+	}
+
+	// Fix the array: B's namespace takes A's UUID.
+	fixed := time.Now()
+	l.sh(t, fmt.Sprintf(`nvmet_ns_disable %[2]q 1
+echo "$(lab_uuid_of %[1]q/1)" >"$NVMET/subsystems/%[2]s/namespaces/1/device_uuid"
+nvmet_ns_enable %[2]q 1`, nqn, alias))
+	eventually(t, 30*time.Second, "health back to healthy after the fix", func() bool { return len(volumeHealth(t, node, "vol-nc")) == 0 })
+	healthyAfter := time.Since(fixed)
+	_, legs, _ := headOf(t, nqn, 1)
+	t.Logf("time to healthy: %s after the array was fixed; legs %v", healthyAfter.Round(100*time.Millisecond), legs)
+	if healthyAfter > 15*time.Second {
+		t.Errorf("healthy %s after the fix, want within 15s", healthyAfter)
+	}
+
+	// How did the path come back? Wait past the cooldown of the first
+	// repair and read the log.
+	if wait := time.Until(repairedSeen.Add(cooldown + 3*time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	v = verdicts(readLog(t, logPath), key)
+	var afterFix []string
+	for _, x := range v {
+		if !x.At.Before(rep.At) && x.KV["verdict"] == "repaired" && x.Raw != rep.Raw {
+			afterFix = append(afterFix, x.Raw)
+		}
+	}
+	now := controllersTo(t, nqn, "127.0.0.3", "4420")
+	switch {
+	case len(afterFix) == 0 && len(now) == 1 && now[0].Name == second[0].Name && now[0].Created.Equal(second[0].Created):
+		t.Logf("the path came back by the kernel's own rescan: %s gained its leg without a reconnect, and pathmend made no further repair (cooldown over %s ago)",
+			now[0].Name, time.Since(repairedSeen.Add(cooldown)).Round(100*time.Millisecond))
+	default:
+		t.Logf("the path came back by pathmend's repair after the cooldown: %v; controller now %v", afterFix, now)
+	}
+	if len(afterFix) > 0 {
+		t.Errorf("repairs after the fix although the volume was healthy: %v", afterFix)
+	}
+	if hs := volumeHealth(t, node, "vol-nc"); len(hs) != 0 {
+		t.Errorf("health after the cooldown = %v, want healthy", hs)
+	}
+
+	// Both paths now serve the volume: read the pattern back through
+	// round-robin I/O from a cold cache.
+	sub := subsystemOf(t, sysfs.New("/sys"), now[0].Name)
+	l.sh(t, fmt.Sprintf("echo round-robin >/sys/class/nvme-subsystem/%s/iopolicy; sync; echo 3 >/proc/sys/vm/drop_caches", sub))
+	got, err := os.ReadFile(filepath.Join(staging, "pattern"))
+	if err != nil || !bytes.Equal(got, pattern) {
+		t.Fatalf("pattern after the repair and the fix: %d bytes, %v", len(got), err)
+	}
+	t.Logf("pattern (%d bytes) read back identical with iopolicy round-robin over %v", len(got), legs)
+	rpc(t, "NodeUnstageVolume", func(ctx context.Context) error {
+		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-nc", StagingTargetPath: staging})
+		return err
+	})
+	eventually(t, 20*time.Second, "controllers gone after unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 }
 
 func rawLines(ls []logLine) []string {
