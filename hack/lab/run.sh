@@ -39,6 +39,7 @@ build_tools() {
 	lab_step "Building guest binaries (capture-sysfs, csiprobe, nqnproxy${want_pathmend:+, pathmend})"
 	go_build "$share/bin/capture-sysfs" ./hack/capture-sysfs
 	go_build "$share/bin/csiprobe" ./hack/lab/csiprobe
+	go_build "$share/bin/csistage" ./hack/lab/csistage
 	go_build "$share/bin/nqnproxy" ./hack/lab/nqnproxy
 	if [ -n "$want_pathmend" ]; then
 		go_build "$REPO_ROOT/bin/pathmend" ./cmd/pathmend

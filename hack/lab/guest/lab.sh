@@ -77,4 +77,5 @@ kill -TERM "$PM"
 wait "$PM" || true
 PM=
 tail -n 15 "$LAB/out/pathmend.log"
+. "$LAB/guest/lab_nvme.sh"; lab_nvme_heal # NVMe heal section: ControllerNotContributing, defer, repair, fix
 step "Tearing the targets down"
