@@ -358,6 +358,11 @@ lab_loop_create e2e-repair-ns1 64 >/dev/null
 	// 3. The kernel: the namespace is added while no packet from the
 	// target reaches the host (the asynchronous event is held up), then
 	// packets flow again. pathmend stages nothing meanwhile.
+	// lab_teardown_all flushes INPUT only: drop these rules if the test
+	// stops while they are in place.
+	t.Cleanup(func() {
+		_, _ = l.trySh(t, 30*time.Second, "while iptables -D OUTPUT -p tcp --sport 4420 -j DROP 2>/dev/null; do :; done; while iptables -D OUTPUT -p tcp --sport 4421 -j DROP 2>/dev/null; do :; done")
+	})
 	l.sh(t, "iptables -I OUTPUT -p tcp --sport 4420 -j DROP; iptables -I OUTPUT -p tcp --sport 4421 -j DROP")
 	added := time.Now()
 	l.sh(t, fmt.Sprintf(`nvmet_ns_add %q 1 "$(losetup -j "$LAB_BACKING/e2e-repair-ns1.img" | cut -d: -f1)" 1 "$(lab_uuid_of %q/1)"`, nqn, nqn))
