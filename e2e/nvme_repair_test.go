@@ -311,7 +311,7 @@ lab_loop_create e2e-repair-ns1 64 >/dev/null
 		}
 	}
 	lines := readLog(t, logPath)
-	if len(withMsg(lines, "Volume not usable after connect; trying one repair")) != 1 {
+	if len(withMsg(lines, "Volume not fully usable after connect; trying one repair")) != 1 {
 		t.Errorf("want one 'Volume not usable after connect' line in the log")
 	}
 	v := verdicts(lines, nqn)
@@ -332,8 +332,14 @@ lab_loop_create e2e-repair-ns1 64 >/dev/null
 			}
 		}
 	}
-	// A failed attach is not rolled back: the retry's controllers stay.
-	t.Logf("controllers after the failed stage (the retry's connects): %v", after)
+	// A failed attach is rolled back: the retry's controllers are gone
+	// too, and the CO is told to retry (Unavailable).
+	if len(after) != 0 {
+		t.Errorf("controllers left behind by the failed stage: %v", after)
+	}
+	if st.Code() != codes.Unavailable {
+		t.Errorf("failed stage code = %s, want Unavailable", st.Code())
+	}
 	if _, err := node.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: "vol-retry"}); status.Code(err) != codes.NotFound {
 		t.Errorf("NodeGetVolumeHealth after the failed stage: %v, want NotFound (no record)", err)
 	}
@@ -355,9 +361,12 @@ lab_loop_create e2e-repair-ns1 64 >/dev/null
 		t.Errorf("controllers changed during a deferred repair: %v → %v", before2, after2)
 	}
 
-	// 3. The kernel: the namespace is added while no packet from the
+	// 3. The kernel: controllers connected with no namespace (as before
+	// the first stage); the namespace is added while no packet from the
 	// target reaches the host (the asynchronous event is held up), then
 	// packets flow again. pathmend stages nothing meanwhile.
+	preconnect()
+	after2 = append(controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421")...)
 	// lab_teardown_all flushes INPUT only: drop these rules if the test
 	// stops while they are in place.
 	t.Cleanup(func() {
@@ -395,7 +404,7 @@ lab_loop_create e2e-repair-ns1 64 >/dev/null
 	}
 	t.Logf("NodeStage with the namespace present: OK in %s", time.Since(start).Round(100*time.Millisecond))
 	newLines := readLog(t, logPath)[nLines:]
-	if n := len(withMsg(newLines, "Volume not usable after connect; trying one repair")) + len(verdicts(newLines, nqn)); n != 0 {
+	if n := len(withMsg(newLines, "Volume not fully usable after connect; trying one repair")) + len(verdicts(newLines, nqn)); n != 0 {
 		t.Errorf("the successful stage tried a repair: %v", rawLines(newLines))
 	}
 	if now := append(controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421")...); fmt.Sprint(now) != fmt.Sprint(after2) {

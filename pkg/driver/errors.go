@@ -76,6 +76,8 @@ func ToStatus(err error) error {
 			}
 		}
 		return status.Error(ce.code, err.Error())
+	case errors.Is(err, volume.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
 	}
 	if code, ok := contextCode(err); ok {
 		return status.Error(code, err.Error())

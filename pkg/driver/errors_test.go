@@ -28,6 +28,7 @@ func TestToStatus(t *testing.T) {
 		{"canceled", context.Canceled, codes.Canceled},
 		{"internal wrapping a deadline", internal(context.DeadlineExceeded, "mount"), codes.DeadlineExceeded},
 		{"plain", errors.New("boom"), codes.Internal},
+		{"unavailable", fmt.Errorf("attach: %w: no path", volume.ErrUnavailable), codes.Unavailable},
 		{"already a status", status.Error(codes.Unavailable, "x"), codes.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

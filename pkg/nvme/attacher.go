@@ -106,19 +106,25 @@ func OrderedEndpoints(n *volume.NVMeTCP) (optimized, others []volume.Endpoint) {
 	return optimized, others
 }
 
-// Attach connects the volume's paths and returns its verified device.
+// Attach connects the volume's paths and returns its verified device. When
+// it fails, the controllers this call connected are disconnected again
+// (unless another staged volume uses the subsystem), so a failed NodeStage
+// leaves no half-attached volume behind. Errors a later retry may not have
+// wrap volume.ErrUnavailable.
 func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume.Device, error) {
 	n := req.Context.NVMe
 	if n == nil {
 		return volume.Device{}, errors.New("nvme attacher: volume context is not nvme-tcp")
 	}
 	exp := expectationOf(req.VolumeID, n)
-	if err := a.connectOnce(ctx, n, req.Secrets); err != nil {
-		return volume.Device{}, err
+	created, err := a.connectOnce(ctx, n, req.Secrets)
+	if err != nil {
+		return volume.Device{}, fmt.Errorf("%w: %w", volume.ErrUnavailable, err)
 	}
 	dev, locErr := a.waitDevice(ctx, exp)
 	defects, err := a.defectsOf(exp)
 	if err != nil {
+		a.undo(req.VolumeID, n, created)
 		return volume.Device{}, err
 	}
 	if locErr == nil && len(defects) == 0 {
@@ -127,30 +133,76 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 	// The "already connected but unusable" state: connecting again
 	// changes nothing, so repair once through the policy, then connect
 	// once more and look again.
-	klog.InfoS("Volume not usable after connect; trying one repair", "volumeID", req.VolumeID, "nqn", n.NQN, "lookup", errString(locErr), "defects", len(defects))
+	level := klog.Level(0)
+	if locErr == nil {
+		level = 2 // usable already: the repair is about a path, not the stage
+	}
+	klog.V(level).InfoS("Volume not fully usable after connect; trying one repair", "volumeID", req.VolumeID, "nqn", n.NQN, "lookup", errString(locErr), "defects", len(defects))
 	repairer := &Repairer{Detacher: a.cfg.Connector, Rescanner: a.cfg.Connector, SysFS: a.cfg.SysFS, Expectations: []Expectation{exp}}
 	outs := a.cfg.Policy.Heal(ctx, defects, repairer)
-	if err := a.connectOnce(ctx, n, req.Secrets); err != nil {
-		return volume.Device{}, err
+	for _, o := range outs {
+		for _, p := range o.Removed {
+			created = slices.DeleteFunc(created, func(c string) bool { return c == p.Name })
+		}
+	}
+	more, err := a.connectOnce(ctx, n, req.Secrets)
+	created = append(created, more...)
+	if err != nil {
+		a.undo(req.VolumeID, n, created)
+		return volume.Device{}, fmt.Errorf("%w: %w (after %s)", volume.ErrUnavailable, err, summarize(outs))
 	}
 	dev, locErr = a.waitDevice(ctx, exp)
 	if locErr != nil {
-		return volume.Device{}, fmt.Errorf("volume %s: %w (after %s)", req.VolumeID, locErr, summarize(outs))
+		a.undo(req.VolumeID, n, created)
+		return volume.Device{}, fmt.Errorf("%w: volume %s: %w (after %s)", volume.ErrUnavailable, req.VolumeID, locErr, summarize(outs))
 	}
 	return dev, nil
 }
 
+// undo disconnects the controllers a failed Attach connected, unless
+// another staged volume lives in the same subsystem (they are its paths
+// too).
+func (a *Attacher) undo(volumeID string, n *volume.NVMeTCP, created []string) {
+	if len(created) == 0 {
+		return
+	}
+	if sharers := a.sharers(volumeID, n.NQN); len(sharers) > 0 {
+		klog.InfoS("Failed attach leaves its controllers: other staged volumes use the subsystem", "volumeID", volumeID, "nqn", n.NQN, "volumes", strings.Join(sharers, ","))
+		return
+	}
+	for _, c := range created {
+		if err := a.cfg.Connector.Disconnect(c); err != nil {
+			klog.ErrorS(err, "Rollback: disconnect failed", "volumeID", volumeID, "controller", c)
+		}
+	}
+	klog.V(2).InfoS("Rolled back a failed attach", "volumeID", volumeID, "controllers", strings.Join(created, ","))
+}
+
+// sharers lists the other staged volumes of subsystem nqn.
+func (a *Attacher) sharers(volumeID, nqn string) []string {
+	recs, _ := a.cfg.Records()
+	var out []string
+	for _, r := range recs {
+		if r.VolumeID != volumeID && r.Context.NVMe != nil && r.Context.NVMe.NQN == nqn {
+			out = append(out, r.VolumeID)
+		}
+	}
+	return out
+}
+
 // connectOnce connects every endpoint that has no controller yet,
-// optimized ones first. An endpoint that fails is logged and skipped: the
-// volume may still be usable over the others, and the monitor keeps
-// trying. Only when no endpoint has a controller is it an error.
-func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.Secrets) error {
+// optimized ones first, and returns the controllers it created. An
+// endpoint that fails is logged and skipped: the volume may still be
+// usable over the others, and the monitor keeps trying. Only when no
+// endpoint has a controller is it an error.
+func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.Secrets) ([]string, error) {
 	h, err := Read(a.cfg.SysFS)
 	if err != nil {
-		return fmt.Errorf("read nvme state: %w", err)
+		return nil, fmt.Errorf("read nvme state: %w", err)
 	}
 	opt, others := OrderedEndpoints(n)
 	present := 0
+	var created []string
 	var errs []error
 	for _, ep := range append(opt, others...) {
 		if len(ControllersTo(h, n.NQN, ep)) > 0 {
@@ -163,6 +215,7 @@ func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.
 		switch {
 		case err == nil:
 			present++
+			created = append(created, r.Name())
 			klog.V(2).InfoS("Connected path", "nqn", n.NQN, "endpoint", ep.String(), "controller", r.Name())
 		case errors.Is(err, fabrics.ErrAlreadyConnected):
 			present++
@@ -172,9 +225,9 @@ func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.
 		}
 	}
 	if present == 0 {
-		return fmt.Errorf("%w: %w", ErrNoPath, errors.Join(errs...))
+		return created, fmt.Errorf("%w: %w", ErrNoPath, errors.Join(errs...))
 	}
-	return nil
+	return created, nil
 }
 
 // waitDevice polls sysfs until the volume's namespace has a device node

@@ -231,3 +231,31 @@ func TestConditionOf(t *testing.T) {
 		}
 	}
 }
+
+// TestAttach_FailureRollsBackItsConnects: the subsystem exports nothing;
+// the attach fails as Unavailable and disconnects what it connected.
+func TestAttach_FailureRollsBackItsConnects(t *testing.T) {
+	r := newRig(t)
+	r.k.SetNamespaceEnabled(testNQN, 1, false)
+	r.k.SetNamespaceEnabled(testNQN, 2, false)
+	_, err := r.attach(t, "vol-1", 1)
+	if !errors.Is(err, volume.ErrUnavailable) || !errors.Is(err, nvme.ErrNamespaceNotFound) {
+		t.Fatalf("err = %v, want ErrUnavailable wrapping ErrNamespaceNotFound", err)
+	}
+	want := []string{"connect 127.0.0.1:4420", "connect 127.0.0.2:4420", "delete nvme0", "delete nvme1"}
+	if diff := cmp.Diff(want, r.k.Calls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	// With another staged volume in the subsystem, its paths stay.
+	r2 := newRig(t)
+	r2.records = []volume.Record{{VolumeID: "vol-2", Context: nvmeVolume(2)}}
+	r2.k.SetNamespaceEnabled(testNQN, 1, false)
+	if _, err := r2.attach(t, "vol-1", 1); err == nil {
+		t.Fatal("attach of a missing namespace succeeded")
+	}
+	for _, c := range r2.k.Calls() {
+		if strings.HasPrefix(c, "delete") {
+			t.Errorf("rolled back controllers a staged co-tenant uses: %v", r2.k.Calls())
+		}
+	}
+}

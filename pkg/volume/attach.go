@@ -1,6 +1,9 @@
 package volume
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // AttachRequest is everything a transport needs to attach one volume.
 // These attach-side types live here, below every transport and the CSI
@@ -15,6 +18,12 @@ type AttachRequest struct {
 	// read-only.
 	ReadOnly bool
 }
+
+// ErrUnavailable marks an attach that cannot succeed right now but may
+// later without any change of arguments: no path answers, the namespace or
+// LUN has not appeared. Transports wrap it; the driver answers Unavailable,
+// so the CO retries with backoff.
+var ErrUnavailable = errors.New("volume unavailable")
 
 // Device is an attached block device, verified to be the volume's.
 type Device struct {
