@@ -135,7 +135,9 @@ func readSessionAttrs(sys sysfs.FS, dev string, s *Session) error {
 	s.TargetID = -1
 	if v, ok, err := sys.ReadOptionalAttr(dev + "/target_id"); err != nil {
 		return err
-	} else if ok {
+	} else if ok && v != "-1" {
+		// The kernel prints -1 while a session has no target bound
+		// (during a logout): not an error, the id is just unknown.
 		if s.TargetID, err = parseNonNegative(v); err != nil {
 			return fmt.Errorf("parse %s/target_id: %w", dev, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -126,7 +127,7 @@ func TestRead_BadValuesAreErrors(t *testing.T) {
 	for rel, val := range map[string]string{
 		"class/iscsi_connection/connection1:0/persistent_port": "99999\n",
 		"class/iscsi_session/session1/tpgt":                    "one\n",
-		"class/iscsi_session/session1/target_id":               "-1\n",
+		"class/iscsi_session/session1/target_id":               "-2\n",
 	} {
 		fsys, dir := tree(t, twoPortals())
 		if err := os.WriteFile(filepath.Join(dir, rel), []byte(val), 0o444); err != nil {
@@ -214,5 +215,34 @@ func TestRead_VanishedVersusBrokenSession(t *testing.T) {
 	snap, err := Read(fsys, t0)
 	if err != nil || len(snap.Sessions) != 1 {
 		t.Errorf("after removal: %d sessions, %v", len(snap.Sessions), err)
+	}
+}
+
+// TestRead_TargetIDMinusOneMidLogout: a session being logged out prints
+// target_id -1; the read keeps the session with the id unknown.
+func TestRead_TargetIDMinusOneMidLogout(t *testing.T) {
+	dir := t.TempDir()
+	if err := sysfs.Materialize("../../testdata/fixtures/iscsi-healthy.sysfs", dir, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "devices/platform/host0/session1/iscsi_session/session1/target_id")
+	if err := os.WriteFile(p, []byte("-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := Read(sysfs.New(dir), time.Now())
+	if err != nil {
+		t.Fatalf("Read with target_id -1: %v", err)
+	}
+	found := false
+	for _, s := range snap.Sessions {
+		if s.ID == 1 {
+			found = true
+			if s.TargetID != -1 {
+				t.Errorf("TargetID = %d, want -1 (unknown)", s.TargetID)
+			}
+		}
+	}
+	if !found {
+		t.Error("session1 dropped from the snapshot")
 	}
 }
