@@ -22,13 +22,22 @@ import (
 // override them (the flag package keeps the last value).
 func startPathmend(t *testing.T, l lab, nodeID string, extra ...string) *grpc.ClientConn {
 	t.Helper()
+	conn, _ := startPathmendLog(t, l, nodeID, extra...)
+	return conn
+}
+
+// startPathmendLog is startPathmend that also returns the path of
+// pathmend's log, so a test can assert on the "Heal verdict" lines.
+func startPathmendLog(t *testing.T, l lab, nodeID string, extra ...string) (*grpc.ClientConn, string) {
+	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "csi.sock")
 	state := filepath.Join(dir, "state")
 	if err := os.Mkdir(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "pathmend.log"))
+	logPath := filepath.Join(dir, "pathmend.log")
+	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,14 +63,14 @@ func startPathmend(t *testing.T, l lab, nodeID string, extra ...string) *grpc.Cl
 		}
 		logf.Close()
 		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
+			b, _ := os.ReadFile(logPath)
 			t.Logf("pathmend log:\n%s", b)
 		}
 	})
 	eventually(t, 30*time.Second, "pathmend's socket", func() bool {
 		select {
 		case err := <-exited:
-			b, _ := os.ReadFile(logf.Name())
+			b, _ := os.ReadFile(logPath)
 			t.Fatalf("pathmend exited early: %v\n%s", err, b)
 		default:
 		}
@@ -73,7 +82,7 @@ func startPathmend(t *testing.T, l lab, nodeID string, extra ...string) *grpc.Cl
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn
+	return conn, logPath
 }
 
 func TestIdentity_PathmendServesPluginInfoProbeAndNodeInfo(t *testing.T) {

@@ -16,73 +16,12 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
-
-// startPathmendLog is startPathmend that also returns the path of
-// pathmend's log, so a test can assert on the "Heal verdict" lines.
-func startPathmendLog(t *testing.T, l lab, nodeID string, extra ...string) (*grpc.ClientConn, string) {
-	t.Helper()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "csi.sock")
-	state := filepath.Join(dir, "state")
-	if err := os.Mkdir(state, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "pathmend.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"serve",
-		"--endpoint", "unix://" + sock, "--node-id", nodeID,
-		"--sys-root", "/sys", "--dev-root", "/dev", "--state-dir", state,
-		"--heal=observe", "-v=4"}, extra...)
-	cmd := exec.Command(l.bin("pathmend"), args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("pathmend did not stop within 15s of SIGINT")
-		}
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("pathmend log:\n%s", b)
-		}
-	})
-	eventually(t, 30*time.Second, "pathmend's socket", func() bool {
-		select {
-		case err := <-exited:
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("pathmend exited early: %v\n%s", err, b)
-		default:
-		}
-		fi, err := os.Stat(sock)
-		return err == nil && fi.Mode()&os.ModeSocket != 0
-	})
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn, logPath
-}
 
 // logLine is one klog text line of pathmend's log, with its structured
 // key/value pairs.

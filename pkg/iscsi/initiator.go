@@ -70,7 +70,7 @@ type Initiator struct {
 	// and exclusively by a restart of iscsid.
 	gate     sync.RWMutex
 	inFlight atomic.Int32
-	nodes    keyedLocks
+	nodes    KeyedLocks
 }
 
 // NewInitiator validates cfg and returns an Initiator. Nothing is run.
@@ -212,7 +212,7 @@ func (in *Initiator) shared(ctx context.Context, n Node, fn func() error) error 
 	defer in.gate.RUnlock()
 	in.inFlight.Add(1)
 	defer in.inFlight.Add(-1)
-	unlock := in.nodes.lock(n.key())
+	unlock := in.nodes.Lock(n.key())
 	defer unlock()
 	if err := ctx.Err(); err != nil {
 		return err

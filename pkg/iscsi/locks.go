@@ -2,9 +2,9 @@ package iscsi
 
 import "sync"
 
-// keyedLocks serializes work per key (a node record, a target IQN) without
-// holding memory for keys nobody is using.
-type keyedLocks struct {
+// KeyedLocks serializes work per key (a node record, a target IQN) without
+// holding memory for keys nobody is using. The zero value is ready to use.
+type KeyedLocks struct {
 	mu sync.Mutex
 	m  map[string]*keyLock
 }
@@ -14,8 +14,8 @@ type keyLock struct {
 	refs int
 }
 
-// lock blocks until key is free, takes it and returns its release.
-func (k *keyedLocks) lock(key string) (unlock func()) {
+// Lock blocks until key is free, takes it and returns its release.
+func (k *KeyedLocks) Lock(key string) (unlock func()) {
 	k.mu.Lock()
 	if k.m == nil {
 		k.m = map[string]*keyLock{}

@@ -104,7 +104,7 @@ type Attacher struct {
 
 	// targets serializes attach and detach per target IQN, so a rollback
 	// or detach never logs out a session a concurrent attach relies on.
-	targets keyedLocks
+	targets iscsi.KeyedLocks
 	// attached holds the volumes attached by this process whose record
 	// the driver may not have written yet (it writes after Attach).
 	mu       sync.Mutex
@@ -191,7 +191,7 @@ func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver
 	if err != nil {
 		return driver.Device{}, err
 	}
-	unlock := a.targets.lock(v.IQN)
+	unlock := a.targets.Lock(v.IQN)
 	defer unlock()
 	log := klog.FromContext(ctx).WithValues("volumeID", req.VolumeID, "iqn", v.IQN)
 

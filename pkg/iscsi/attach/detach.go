@@ -23,7 +23,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
 	if err != nil {
 		return err
 	}
-	unlock := a.targets.lock(v.IQN)
+	unlock := a.targets.Lock(v.IQN)
 	defer unlock()
 	others, err := a.coTenants(rec.VolumeID)
 	if err != nil {
