@@ -1,0 +1,27 @@
+// Package sysfs reads the kernel's state from a sysfs tree rooted at a
+// path, and holds the fixture format pathmend's tests load real captures
+// with.
+//
+// FS is the one rooted reader every transport uses: "/sys" on a node, a
+// materialized fixture in tests. Paths are relative to the root
+// ("class/nvme/nvme0/state") and cannot escape it. ReadAttr is for
+// required attributes (a missing one is an error naming its path),
+// ReadOptionalAttr for attributes a kernel may not publish; values lose
+// their trailing newline, NULs and space padding (an NVMe model is padded
+// to 40 bytes), and one attribute is read with one bounded read (a page).
+// AttrReader does the same through a reused buffer for passes over
+// thousands of attributes. WriteAttr writes a value in one write(2) and
+// never creates a file: delete_controller, rescan_controller and
+// class/scsi_host/hostH/scan go through it, so a test sees exactly what
+// was written.
+//
+// The fixture format (fixture.go) is text: one entry per line — dir (with
+// its age: capture time minus mtime, because pathmend takes a controller
+// directory's mtime as its creation time), file (value), wo (write-only
+// attribute), err (unreadable attribute, e.g. ENOTCONN) and link (symlink
+// text). Materialize recreates a fixture below a directory with modes,
+// links and mtimes (now minus age). Fixtures are captured from real
+// kernels by hack/capture-sysfs; none is written by hand.
+//
+// The package holds no policy and starts no process.
+package sysfs
