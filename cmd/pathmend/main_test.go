@@ -65,6 +65,39 @@ func TestServeConfig_Validate(t *testing.T) {
 	}
 }
 
+// startServe runs the test binary as `pathmend serve` on a fresh socket,
+// sysfs root, state dir and host identity files in a temp dir, with extra
+// flags appended, and waits for its socket. The process is killed at the
+// end of the test if it is still running.
+func startServe(t *testing.T, extra ...string) (*exec.Cmd, *bytes.Buffer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "csi.sock")
+	os.Mkdir(filepath.Join(dir, "sys"), 0o755)
+	args := append([]string{"serve", "--endpoint=unix://" + sock, "--sys-root=" + filepath.Join(dir, "sys"),
+		"--dev-root=" + dir, "--state-dir=" + filepath.Join(dir, "state"), "--heal=observe",
+		"--hostnqn-file=" + filepath.Join(dir, "hostnqn"), "--hostid-file=" + filepath.Join(dir, "hostid")}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "PATHMEND_TEST_MAIN=1")
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return cmd, stderr, sock
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("socket never came up; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestMain lets the test binary act as pathmend for TestServe_SIGTERM.
 func TestMain(m *testing.M) {
 	if os.Getenv("PATHMEND_TEST_MAIN") == "1" {
@@ -76,30 +109,7 @@ func TestMain(m *testing.M) {
 // TestServe_SIGTERM runs `pathmend serve` as a process: it answers Probe
 // on its socket, and on SIGTERM exits 0 and removes the socket.
 func TestServe_SIGTERM(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "csi.sock")
-	sys := filepath.Join(dir, "sys")
-	os.Mkdir(sys, 0o755)
-	cmd := exec.Command(os.Args[0], "serve", "--endpoint=unix://"+sock, "--sys-root="+sys, "--state-dir="+filepath.Join(dir, "state"), "--node-id=n1", "--heal=observe", "--hostnqn-file="+filepath.Join(dir, "hostnqn"), "--hostid-file="+filepath.Join(dir, "hostid"), "--dev-root="+dir, "--metrics-address=127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "PATHMEND_TEST_MAIN=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("socket never came up; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd, stderr, sock := startServe(t, "--node-id=n1", "--metrics-address=127.0.0.1:0")
 	conn, err := grpc.NewClient("unix:"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
