@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -234,7 +233,7 @@ func (m *Monitor) updateStatus(host *nvme.Host, exps []nvme.Expectation, rep *Re
 		pr := nvme.ReportPaths(host, e)
 		st := VolumeStatus{Paths: pr, Notes: notes[e.VolumeID]}
 		for _, o := range rep.Outcomes {
-			if slices.Contains(o.Defect.Volumes, e.VolumeID) || strings.Contains(o.Defect.Key, e.NQN) {
+			if nvme.Concerns(host, o.Defect, e) {
 				st.Notes = append(st.Notes, fmt.Sprintf("%s %s: %s", o.Defect.Kind, verdictWord(o.Verdict), o.Reason))
 			}
 		}

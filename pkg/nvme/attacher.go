@@ -166,7 +166,7 @@ func (a *Attacher) undo(volumeID string, n *volume.NVMeTCP, created []string) {
 	if len(created) == 0 {
 		return
 	}
-	if sharers := a.sharers(volumeID, n.NQN); len(sharers) > 0 {
+	if sharers, _ := a.sharers(volumeID, n.NQN); len(sharers) > 0 {
 		klog.InfoS("Failed attach leaves its controllers: other staged volumes use the subsystem", "volumeID", volumeID, "nqn", n.NQN, "volumes", strings.Join(sharers, ","))
 		return
 	}
@@ -178,16 +178,21 @@ func (a *Attacher) undo(volumeID string, n *volume.NVMeTCP, created []string) {
 	klog.V(2).InfoS("Rolled back a failed attach", "volumeID", volumeID, "controllers", strings.Join(created, ","))
 }
 
-// sharers lists the other staged volumes of subsystem nqn.
-func (a *Attacher) sharers(volumeID, nqn string) []string {
-	recs, _ := a.cfg.Records()
+// sharers lists the other staged volumes of subsystem nqn. Unreadable
+// records do not hide the readable ones; it fails only when none could be
+// read.
+func (a *Attacher) sharers(volumeID, nqn string) ([]string, error) {
+	recs, err := a.cfg.Records()
+	if err != nil && len(recs) == 0 {
+		return nil, fmt.Errorf("list staged volumes: %w", err)
+	}
 	var out []string
 	for _, r := range recs {
 		if r.VolumeID != volumeID && r.Context.NVMe != nil && r.Context.NVMe.NQN == nqn {
 			out = append(out, r.VolumeID)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // connectOnce connects every endpoint that has no controller yet,
@@ -283,14 +288,16 @@ func (a *Attacher) defectsOf(exp Expectation) ([]heal.Defect, error) {
 	}
 	var mine []heal.Defect
 	for _, d := range Inspect(h, []Expectation{exp}) {
-		if d.Kind != heal.StaleEndpoint && concerns(h, d, exp) {
+		if d.Kind != heal.StaleEndpoint && Concerns(h, d, exp) {
 			mine = append(mine, d)
 		}
 	}
 	return mine, nil
 }
 
-func concerns(h *Host, d heal.Defect, exp Expectation) bool {
+// Concerns reports whether defect d is about the volume of exp: it names
+// the volume, or its teardown includes a controller of the volume's NQN.
+func Concerns(h *Host, d heal.Defect, exp Expectation) bool {
 	if slices.Contains(d.Volumes, exp.VolumeID) {
 		return true
 	}
@@ -310,15 +317,9 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
 	if n == nil {
 		return errors.New("nvme attacher: record is not nvme-tcp")
 	}
-	recs, err := a.cfg.Records()
-	if err != nil && len(recs) == 0 {
-		return fmt.Errorf("list staged volumes: %w", err)
-	}
-	var sharers []string
-	for _, r := range recs {
-		if r.VolumeID != rec.VolumeID && r.Context.NVMe != nil && r.Context.NVMe.NQN == n.NQN {
-			sharers = append(sharers, r.VolumeID)
-		}
+	sharers, err := a.sharers(rec.VolumeID, n.NQN)
+	if err != nil {
+		return err
 	}
 	if len(sharers) > 0 {
 		klog.InfoS("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other staged volumes use the subsystem", "volumes", strings.Join(sharers, ","))
