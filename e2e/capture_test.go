@@ -20,11 +20,7 @@ func TestCapture_LiveTreeRoundTripsThroughTheFixtureFormat(t *testing.T) {
 	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-capture"
 	nvmeTwoPortTarget(t, l, nqn)
 	fsys := sysfs.New("/sys")
-	c1 := fabricsConnect(t, nqn, "127.0.0.1", "4420")
-	c2 := fabricsConnect(t, nqn, "127.0.0.1", "4421")
-	for _, c := range []string{c1, c2} {
-		eventually(t, 20*time.Second, c+" live", attrIs(fsys, "class/nvme/"+c+"/state", "live"))
-	}
+	c1, c2 := connectTwoPorts(t, fsys, nqn)
 	sub := subsystemOf(t, fsys, c1)
 	head := "nvme" + strings.TrimPrefix(sub, "nvme-subsys") + "n1"
 	eventually(t, 20*time.Second, "head "+head, func() bool {

@@ -69,6 +69,18 @@ func fabricsConnect(t *testing.T, nqn, addr, svc string) string {
 	return "nvme" + m[1]
 }
 
+// connectTwoPorts connects nqn through both ports of nvmeTwoPortTarget
+// and waits until both controllers are live.
+func connectTwoPorts(t *testing.T, fsys sysfs.FS, nqn string) (c1, c2 string) {
+	t.Helper()
+	c1 = fabricsConnect(t, nqn, "127.0.0.1", "4420")
+	c2 = fabricsConnect(t, nqn, "127.0.0.1", "4421")
+	for _, c := range []string{c1, c2} {
+		eventually(t, 20*time.Second, c+" live", attrIs(fsys, "class/nvme/"+c+"/state", "live"))
+	}
+	return c1, c2
+}
+
 func attrIs(fsys sysfs.FS, rel, want string) func() bool {
 	return func() bool {
 		v, err := fsys.ReadAttr(rel)
@@ -83,10 +95,8 @@ func TestNVMeTCP_TwoPortsGiveOneHeadWithOptimizedAndNonOptimizedLegs(t *testing.
 	nvmeTwoPortTarget(t, l, nqn)
 	fsys := sysfs.New("/sys")
 
-	c1 := fabricsConnect(t, nqn, "127.0.0.1", "4420")
-	c2 := fabricsConnect(t, nqn, "127.0.0.1", "4421")
+	c1, c2 := connectTwoPorts(t, fsys, nqn)
 	for _, c := range []string{c1, c2} {
-		eventually(t, 20*time.Second, c+" live", attrIs(fsys, "class/nvme/"+c+"/state", "live"))
 		if got, err := fsys.ReadAttr("class/nvme/" + c + "/subsysnqn"); err != nil || got != nqn {
 			t.Fatalf("%s subsysnqn = %q, %v; want %q", c, got, err, nqn)
 		}
@@ -149,11 +159,7 @@ func TestNVMeTCP_UnlinkedPortLeavesControllerConnecting(t *testing.T) {
 	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-unlink"
 	nvmeTwoPortTarget(t, l, nqn)
 	fsys := sysfs.New("/sys")
-	c1 := fabricsConnect(t, nqn, "127.0.0.1", "4420")
-	c2 := fabricsConnect(t, nqn, "127.0.0.1", "4421")
-	for _, c := range []string{c1, c2} {
-		eventually(t, 20*time.Second, c+" live", attrIs(fsys, "class/nvme/"+c+"/state", "live"))
-	}
+	c1, c2 := connectTwoPorts(t, fsys, nqn)
 	l.sh(t, fmt.Sprintf("nvmet_port_unlink 2 %q", nqn))
 	eventually(t, 30*time.Second, c2+" connecting", attrIs(fsys, "class/nvme/"+c2+"/state", "connecting"))
 	if v, _ := fsys.ReadAttr("class/nvme/" + c1 + "/state"); v != "live" {
