@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,13 +32,32 @@ func startPathmend(t *testing.T, l lab, nodeID string, extra ...string) *grpc.Cl
 // pathmend's log, so a test can assert on the "Heal verdict" lines.
 func startPathmendLog(t *testing.T, l lab, nodeID string, extra ...string) (*grpc.ClientConn, string) {
 	t.Helper()
-	dir := t.TempDir()
+	p := startPathmendIn(t, l, t.TempDir(), nodeID, extra...)
+	return p.conn, p.logPath
+}
+
+// pathmendProc is one `pathmend serve` process.
+type pathmendProc struct {
+	conn    *grpc.ClientConn
+	logPath string
+	stop    func() // SIGINT, wait (at most 15 s); idempotent
+}
+
+// startPathmendIn runs `pathmend serve` with its socket and state dir in
+// dir (created when missing, kept when there: a second process in the same
+// dir is pathmend restarted on the node) and its log in the first free
+// dir/pathmend[-N].log. It is stopped in t.Cleanup at the latest.
+func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *pathmendProc {
+	t.Helper()
 	sock := filepath.Join(dir, "csi.sock")
 	state := filepath.Join(dir, "state")
-	if err := os.Mkdir(state, 0o700); err != nil {
+	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dir, "pathmend.log")
+	for n := 2; fileExists(logPath); n++ {
+		logPath = filepath.Join(dir, fmt.Sprintf("pathmend-%d.log", n))
+	}
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -50,28 +71,34 @@ func startPathmendLog(t *testing.T, l lab, nodeID string, extra ...string) (*grp
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("pathmend did not stop within 15s of SIGINT")
-		}
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("pathmend log:\n%s", b)
-		}
-	})
+	// exited is closed when the process is gone; waitErr is then set.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-exited:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+				t.Errorf("pathmend did not stop within 15s of SIGINT")
+			}
+			logf.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logPath)
+				t.Logf("pathmend log %s:\n%s", filepath.Base(logPath), b)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	eventually(t, 30*time.Second, "pathmend's socket", func() bool {
 		select {
-		case err := <-exited:
+		case <-exited:
 			b, _ := os.ReadFile(logPath)
-			t.Fatalf("pathmend exited early: %v\n%s", err, b)
+			t.Fatalf("pathmend exited early: %v\n%s", waitErr, b)
 		default:
 		}
 		fi, err := os.Stat(sock)
@@ -82,7 +109,7 @@ func startPathmendLog(t *testing.T, l lab, nodeID string, extra ...string) (*grp
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn, logPath
+	return &pathmendProc{conn: conn, logPath: logPath, stop: stop}
 }
 
 func TestIdentity_PathmendServesPluginInfoProbeAndNodeInfo(t *testing.T) {

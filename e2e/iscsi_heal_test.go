@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pathmend/pathmend/internal/flakyproxy"
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -19,52 +21,53 @@ const (
 	proxyPortal = "127.0.0.3:3260"
 	// selfRecovery is how long a session is given to come back by itself
 	// once its portal passes again: iscsid 2.1.8 relogs in within 2–6 s,
-	// so a session still down after this is stuck.
-	selfRecovery = 45 * time.Second
+	// so a session still down after this (two of its 15 s login timeouts)
+	// is stuck.
+	selfRecovery = 30 * time.Second
 )
 
 // makeStuck breaks the proxied portal until the session through it leaves
-// LOGGED_IN and the proxy has reset a few reopen attempts after their
-// bind, then lets the portal pass again and waits selfRecovery. It returns
-// false when iscsid recovered the session by itself (the stuck state was
-// not reached).
-func makeStuck(t *testing.T, p *pathmendISCSI, proxy *flakyProxy, iqn string) bool {
+// LOGGED_IN and the proxy has seen the stuck state's signature (a reopen
+// reset after its bind, then three reopens that never got bound: their
+// bind failed with ENOTCONN), or for two minutes, then lets the portal
+// pass again and waits selfRecovery. It returns false when iscsid
+// recovered the session by itself (the stuck state was not reached).
+func makeStuck(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string) bool {
 	t.Helper()
-	if s, ok := sessionTo(t, p.sys, iqn, proxyPortal); ok {
-		proxy.watchBound(p.sys, s.ID)
+	var bound func() bool
+	if s, ok := sessionTo(t, sys, iqn, proxyPortal); ok {
+		bound = connBound(sys, s.ID)
 	}
-	proxy.breakNow()
+	proxy.Break(bound)
 	eventually(t, 90*time.Second, "the proxied session to leave LOGGED_IN", func() bool {
-		s, ok := sessionTo(t, p.sys, iqn, proxyPortal)
+		s, ok := sessionTo(t, sys, iqn, proxyPortal)
 		return ok && !s.State.LoggedIn()
 	})
-	// Counted per attempt: five reset reopens, at least two of them after
-	// the bind, or whatever two minutes of breaking gave.
-	all0, bound0 := proxy.resetCount()
+	_, bound0 := proxy.Resets()
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if all, bound := proxy.resetCount(); all-all0 >= 5 && bound-bound0 >= 2 {
+		if _, bound := proxy.Resets(); bound > bound0 && proxy.UnboundRun() >= 3 {
 			break
 		}
 	}
-	proxy.pass()
+	proxy.Pass()
 	deadline := time.Now().Add(selfRecovery)
 	for time.Now().Before(deadline) {
-		if s, ok := sessionTo(t, p.sys, iqn, proxyPortal); ok && s.State.LoggedIn() {
+		if s, ok := sessionTo(t, sys, iqn, proxyPortal); ok && s.State.LoggedIn() {
 			return false
 		}
 		time.Sleep(time.Second)
 	}
-	s, _ := sessionTo(t, p.sys, iqn, proxyPortal)
-	all, bound := proxy.resetCount()
-	t.Logf("stuck: %s %s for %s with its portal passing (proxy reset %d connections, %d of them bound)", s.ID, s.State, selfRecovery, all, bound)
+	s, _ := sessionTo(t, sys, iqn, proxyPortal)
+	all, afterBind := proxy.Resets()
+	t.Logf("stuck: %s %s for %s with its portal passing (proxy reset %d connections, %d of them bound)", s.ID, s.State, selfRecovery, all, afterBind)
 	return true
 }
 
-// stuckOrSkip tries up to three times to reach the stuck state.
-func stuckOrSkip(t *testing.T, p *pathmendISCSI, proxy *flakyProxy, iqn string) {
+// stuckOrFail tries up to three times to reach the stuck state.
+func stuckOrFail(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string) {
 	t.Helper()
 	for i := 0; i < 3; i++ {
-		if makeStuck(t, p, proxy, iqn) {
+		if makeStuck(t, sys, proxy, iqn) {
 			return
 		}
 		t.Logf("attempt %d: iscsid recovered the session by itself", i+1)
@@ -114,7 +117,7 @@ func TestISCSI_HealRelogsInAStuckSessionBesideALivePath(t *testing.T) {
 	p.recs.put(rec)
 	stuck, _ := sessionTo(t, p.sys, iqn, proxyPortal)
 
-	stuckOrSkip(t, p, proxy, iqn)
+	stuckOrFail(t, p.sys, proxy, iqn)
 	if c := p.att.Health(ctx, rec); c.Status != driver.Degraded {
 		t.Fatalf("health while stuck: %+v", c)
 	}
@@ -164,7 +167,7 @@ func TestISCSI_HealRestartsIscsidForAStuckLastPath(t *testing.T) {
 		t.Fatalf("session before: %+v", before)
 	}
 
-	stuckOrSkip(t, p, proxy, iqn)
+	stuckOrFail(t, p.sys, proxy, iqn)
 	if c := p.att.Health(ctx, rec); c.Status != driver.Inaccessible {
 		t.Fatalf("health while stuck: %+v", c)
 	}

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"slices"
 	"sync"
@@ -16,6 +14,7 @@ import (
 
 	"k8s.io/utils/exec"
 
+	"github.com/pathmend/pathmend/internal/flakyproxy"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/iscsi/attach"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -97,154 +96,26 @@ func sessionTo(t *testing.T, sys sysfs.FS, iqn, portal string) (iscsi.Session, b
 	return iscsi.Session{}, false
 }
 
-// flakyProxy is an iSCSI portal in front of a LIO portal. Passing, it
-// forwards bytes both ways. Breaking, it resets every open connection and
-// resets each new one as soon as the kernel shows the session's
-// connection "bound" (when bound is set; otherwise after the first login
-// PDU bytes). A reset then lands after iscsid bound the new connection
-// and, with luck, while it still sets the connection's parameters, before
-// the login PDU: the window of open-iscsi issue #387 (fixed in 2.1.9), in
-// which iscsid 2.1.8 reopens without stopping the connection and the
-// kernel refuses every later bind with ENOTCONN.
-type flakyProxy struct {
-	ln     net.Listener
-	target string
-	// bound reports whether the proxied session's connection is bound.
-	bound func() bool
-
-	mu          sync.Mutex
-	breaking    bool
-	conns       map[net.Conn]bool
-	resets      int
-	boundResets int
-}
-
-func startFlakyProxy(t *testing.T, listen, target string) *flakyProxy {
+// startFlakyProxy puts a breakable proxy (see internal/flakyproxy) on
+// listen in front of the LIO portal target.
+func startFlakyProxy(t *testing.T, listen, target string) *flakyproxy.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", listen)
+	p, err := flakyproxy.Listen(listen, target, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &flakyProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.resetAll() })
+	t.Cleanup(func() { p.Close() })
 	return p
 }
 
-func (p *flakyProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		go p.handle(c)
-	}
-}
-
-func (p *flakyProxy) handle(c net.Conn) {
-	p.mu.Lock()
-	breaking, bound := p.breaking, p.bound
-	p.mu.Unlock()
-	if breaking {
-		sawBound := false
-		if bound != nil {
-			for deadline := time.Now().Add(3 * time.Second); !sawBound && time.Now().Before(deadline); {
-				sawBound = bound()
-				if !sawBound {
-					time.Sleep(50 * time.Microsecond)
-				}
-			}
-		} else {
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			_, _ = io.ReadFull(c, make([]byte, 48)) // the login PDU's basic header
-		}
-		reset(c)
-		p.mu.Lock()
-		p.resets++
-		if sawBound {
-			p.boundResets++
-		}
-		p.mu.Unlock()
-		return
-	}
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		reset(c)
-		return
-	}
-	p.track(c, up)
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) { _, _ = io.Copy(dst, src); done <- struct{}{} }
-	go pipe(up, c)
-	go pipe(c, up)
-	<-done
-	c.Close()
-	up.Close()
-	p.untrack(c, up)
-}
-
-func (p *flakyProxy) track(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		p.conns[c] = true
-	}
-}
-
-func (p *flakyProxy) untrack(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		delete(p.conns, c)
-	}
-}
-
-// breakNow switches to breaking and resets every open connection.
-func (p *flakyProxy) breakNow() {
-	p.mu.Lock()
-	p.breaking = true
-	p.mu.Unlock()
-	p.resetAll()
-}
-
-func (p *flakyProxy) pass() { p.mu.Lock(); p.breaking = false; p.mu.Unlock() }
-
-func (p *flakyProxy) resetCount() (all, whileBound int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.resets, p.boundResets
-}
-
-// watchBound makes the proxy reset new connections once the connection
-// of session sid reads "bound" in sysfs.
-func (p *flakyProxy) watchBound(sys sysfs.FS, sid iscsi.SessionID) {
+// connBound is the proxy's break condition for session sid: the kernel
+// shows its connection bound.
+func connBound(sys sysfs.FS, sid iscsi.SessionID) func() bool {
 	rel := "class/iscsi_connection/" + iscsi.ConnectionID{Session: sid}.String() + "/state"
-	p.mu.Lock()
-	p.bound = func() bool {
+	return func() bool {
 		v, err := sys.ReadAttr(rel)
 		return err == nil && v == string(iscsi.ConnBound)
 	}
-	p.mu.Unlock()
-}
-
-func (p *flakyProxy) resetAll() {
-	p.mu.Lock()
-	cs := make([]net.Conn, 0, len(p.conns))
-	for c := range p.conns {
-		cs = append(cs, c)
-	}
-	p.mu.Unlock()
-	for _, c := range cs {
-		reset(c)
-	}
-}
-
-// reset closes c with an RST instead of a FIN.
-func reset(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.Close()
 }
 
 // lioTarget builds a LIO target with one 64 MiB LUN 0 (backstore name)

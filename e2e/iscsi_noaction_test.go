@@ -7,8 +7,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,11 @@ type servedISCSIVolume struct {
 	target  string // the publication's mount point
 	pattern []byte
 	sys     sysfs.FS
+
+	dir     string   // pathmend's socket, state dir and logs
+	base    []string // the serve flags of every start
+	proc    *pathmendProc
+	unstage func() // unpublish + unstage through the running pathmend; once
 }
 
 // stageServedISCSI builds a LIO target on both portals, starts pathmend
@@ -47,22 +53,25 @@ type servedISCSIVolume struct {
 // the targets go.
 func stageServedISCSI(t *testing.T, l lab, iqn, name, threshold string) *servedISCSIVolume {
 	t.Helper()
+	return stageServedISCSIOn(t, l, iqn, name, []string{noActionPortalA, noActionPortalB},
+		"--heal=repair", "--iscsi-stuck-threshold="+threshold)
+}
+
+// stageServedISCSIOn is stageServedISCSI with the volume's portals and
+// pathmend's heal flags given. The LIO target listens on 127.0.0.1 and
+// 127.0.0.2; a portal elsewhere is a proxy the test runs.
+func stageServedISCSIOn(t *testing.T, l lab, iqn, name string, portals []string, flags ...string) *servedISCSIVolume {
+	t.Helper()
 	l.teardownAll(t)
 	lioTarget(t, l, iqn, name, "", "", "127.0.0.1", "127.0.0.2")
-	// The first TempDir of a test is <base>/001; startPathmend's own, with
-	// its pathmend.log, is the next one under the same base.
 	dir := t.TempDir()
 	restart := filepath.Join(dir, "restart-iscsid.sh")
 	if err := os.WriteFile(restart, []byte(restartIscsid+"\n"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	conn := startPathmend(t, l, "lab-node", "--heal=repair", "--monitor-interval=1s",
-		"--iscsi-stuck-threshold="+threshold, "--iscsid-restart-command=bash "+restart)
-	logs, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), "*", "pathmend.log"))
-	if len(logs) != 1 {
-		t.Fatalf("pathmend's log: found %v", logs)
-	}
-	v := &servedISCSIVolume{iqn: iqn, node: csi.NewNodeClient(conn), logPath: logs[0], sys: sysfs.New("/sys")}
+	v := &servedISCSIVolume{iqn: iqn, sys: sysfs.New("/sys"), dir: dir,
+		base: []string{"--monitor-interval=1s", "--iscsid-restart-command=bash " + restart}}
+	v.start(t, l, flags...)
 	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "pod", "vol")
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		t.Fatal(err)
@@ -70,7 +79,7 @@ func stageServedISCSI(t *testing.T, l lab, iqn, name, threshold string) *servedI
 	v.target = target
 	vctx := map[string]string{
 		"transport": "iscsi", "iqn": iqn,
-		"portals": noActionPortalA + "," + noActionPortalB, "lun": "0",
+		"portals": strings.Join(portals, ","), "lun": "0",
 	}
 	start := time.Now()
 	rpc(t, "NodeStageVolume", func(ctx context.Context) error {
@@ -79,29 +88,50 @@ func stageServedISCSI(t *testing.T, l lab, iqn, name, threshold string) *servedI
 	})
 	t.Logf("staged through pathmend's socket in %s", time.Since(start).Round(time.Millisecond))
 	publish(t, v.node, "vol-"+name, staging, target)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		if _, err := v.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-" + name, TargetPath: target}); err != nil {
-			t.Errorf("NodeUnpublishVolume: %v", err)
-			_, _ = l.trySh(t, 30*time.Second, "umount -l "+target)
-		}
-		if _, err := v.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-" + name, StagingTargetPath: staging}); err != nil {
-			t.Errorf("NodeUnstageVolume: %v", err)
-			_, _ = l.trySh(t, 30*time.Second, "umount -l "+staging)
-		}
-	})
-	for _, p := range []string{noActionPortalA, noActionPortalB} {
+	var once sync.Once
+	v.unstage = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			if _, err := v.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-" + name, TargetPath: target}); err != nil {
+				t.Errorf("NodeUnpublishVolume: %v", err)
+				_, _ = l.trySh(t, 30*time.Second, "umount -l "+target)
+			}
+			if _, err := v.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-" + name, StagingTargetPath: staging}); err != nil {
+				t.Errorf("NodeUnstageVolume: %v", err)
+				_, _ = l.trySh(t, 30*time.Second, "umount -l "+staging)
+			}
+		})
+	}
+	t.Cleanup(v.unstage)
+	for _, p := range portals {
 		if s, ok := sessionTo(t, v.sys, iqn, p); !ok || !s.State.LoggedIn() {
 			t.Fatalf("after NodeStage, session through %s: %+v (found %v)", p, s, ok)
 		}
 	}
-	v.pattern = bytes.Repeat([]byte("pathmend-noaction-"), 8192)
+	v.pattern = bytes.Repeat([]byte("pathmend-"+name+"-"), 8192)
 	if err := os.WriteFile(filepath.Join(target, "pattern"), v.pattern, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	l.sh(t, "sync")
 	return v
+}
+
+// start starts pathmend serve in v.dir with v.base and flags.
+func (v *servedISCSIVolume) start(t *testing.T, l lab, flags ...string) {
+	t.Helper()
+	v.proc = startPathmendIn(t, l, v.dir, "lab-node", append(slices.Clone(v.base), flags...)...)
+	v.node, v.logPath = csi.NewNodeClient(v.proc.conn), v.proc.logPath
+}
+
+// restart stops pathmend and starts it again on the same socket and state
+// dir with other flags: pathmend restarted on the node. The unpublish and
+// unstage at the end of the test go through the new process.
+func (v *servedISCSIVolume) restart(t *testing.T, l lab, flags ...string) {
+	t.Helper()
+	v.proc.stop()
+	v.start(t, l, flags...)
+	t.Cleanup(v.unstage) // runs before the new process stops
 }
 
 // readBack drops the page cache and reads the pattern from the disk.
@@ -123,8 +153,6 @@ func (v *servedISCSIVolume) session(t *testing.T, portal string) iscsi.Session {
 	}
 	return s
 }
-
-var verdictReason = regexp.MustCompile(`reason="((?:[^"\\]|\\.)*)"`)
 
 // verdictLines returns pathmend's "iSCSI session verdict" lines and its
 // kick lines ("Kicking iSCSI session", "Restarting iscsid") so far.
@@ -226,9 +254,8 @@ func TestISCSI_UnreachablePortalIsRefusedNotKicked(t *testing.T) {
 	eventually(t, 30*time.Second, "a refused verdict for 127.0.0.2 with an unreachable portal", func() bool {
 		verdicts, _ := v.verdictLines(t)
 		for _, line := range verdicts {
-			m := verdictReason.FindStringSubmatch(line)
-			if strings.Contains(line, `verdict="refused"`) && strings.Contains(line, `portal="`+noActionPortalB+`"`) &&
-				m != nil && strings.Contains(m[1], "unreachable") {
+			if verdictField(line, "verdict") == "refused" && verdictField(line, "portal") == noActionPortalB &&
+				strings.Contains(verdictField(line, "reason"), "unreachable") {
 				refusal = line
 				return true
 			}
@@ -297,13 +324,13 @@ func TestISCSI_UnreachablePortalIsRefusedNotKicked(t *testing.T) {
 			}
 			return false
 		})
-		m := regexp.MustCompile(`reachableFor="([^"]*)"`).FindStringSubmatch(repaired)
-		held, err := time.ParseDuration(m[1])
+		reachable := verdictField(repaired, "reachableFor")
+		held, err := time.ParseDuration(reachable)
 		if err != nil || held < 5*time.Second {
-			t.Errorf("kicked with the portal reachable for %q (%v), want at least the 5s threshold: %s", m[1], err, repaired)
+			t.Errorf("kicked with the portal reachable for %q (%v), want at least the 5s threshold: %s", reachable, err, repaired)
 		}
 		t.Logf("iscsid had not relogged in %s after the restore: pathmend kicked once the portal had been reachable for %s; LOGGED_IN %s after the restore as %s\n%s",
-			m[1], m[1], back, up.ID, strings.Join(kicks, "\n"))
+			reachable, reachable, back, up.ID, strings.Join(kicks, "\n"))
 	}
 	v.readBack(t, l)
 }

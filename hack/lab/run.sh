@@ -36,11 +36,12 @@ go_build() {
 # build_tools SHARE [pathmend] builds the guest binaries into SHARE/bin.
 build_tools() {
 	local share=$1 want_pathmend=${2:-}
-	lab_step "Building guest binaries (capture-sysfs, csiprobe, nqnproxy${want_pathmend:+, pathmend})"
+	lab_step "Building guest binaries (capture-sysfs, csiprobe, csistage, nqnproxy, flakyproxy${want_pathmend:+, pathmend})"
 	go_build "$share/bin/capture-sysfs" ./hack/capture-sysfs
 	go_build "$share/bin/csiprobe" ./hack/lab/csiprobe
 	go_build "$share/bin/csistage" ./hack/lab/csistage
 	go_build "$share/bin/nqnproxy" ./hack/lab/nqnproxy
+	go_build "$share/bin/flakyproxy" ./hack/lab/flakyproxy
 	if [ -n "$want_pathmend" ]; then
 		go_build "$REPO_ROOT/bin/pathmend" ./cmd/pathmend
 		cp "$REPO_ROOT/bin/pathmend" "$share/bin/pathmend"

@@ -78,5 +78,5 @@ wait "$PM" || true
 PM=
 tail -n 15 "$LAB/out/pathmend.log"
 . "$LAB/guest/lab_nvme.sh"; lab_nvme_heal # NVMe heal section: ControllerNotContributing, defer, repair, fix
-bash "$LAB/guest/lab_iscsi.sh" || echo "(iSCSI heal section exit status $?)" # iSCSI heal section: a stuck session, pathmend serve kicks it
+bash "$LAB/guest/lab_iscsi.sh" # iSCSI heal section: a stuck session, pathmend serve kicks it (fails the lab if the kick does not bring it back)
 step "Tearing the targets down"
