@@ -20,17 +20,22 @@ import (
 // volume was mounted from. On iscsi-session-failed the volume uses sdb,
 // the stuck session's only disk (the ladder must restart iscsid); on
 // iscsi-session-free it uses sda, the healthy session's disk (a logout of
-// the stuck session takes nothing in use).
+// the stuck session takes nothing in use); on iscsi-session-stuck it uses
+// the multipath map, whose other path lives.
 var iscsiStaged = map[string][]struct {
-	volumeID, iqn, lun, device string
+	volumeID, iqn, lun, device, portals string
 }{
 	"iscsi-healthy": {
-		{"pv-iscsi-0", "iqn.2024-01.io.pathmend.lab:healthy", "0", "/dev/dm-0"},
-		{"pv-iscsi-1", "iqn.2024-01.io.pathmend.lab:healthy", "1", "/dev/dm-1"},
+		{"pv-iscsi-0", "iqn.2024-01.io.pathmend.lab:healthy", "0", "/dev/dm-0", labPortals},
+		{"pv-iscsi-1", "iqn.2024-01.io.pathmend.lab:healthy", "1", "/dev/dm-1", labPortals},
 	},
-	"iscsi-session-failed": {{"pv-failing", "iqn.2024-01.io.pathmend.lab:failing", "0", "/dev/sdb"}},
-	"iscsi-session-free":   {{"pv-lost", "iqn.2024-01.io.pathmend.lab:lost", "0", "/dev/sda"}},
+	"iscsi-session-failed": {{"pv-failing", "iqn.2024-01.io.pathmend.lab:failing", "0", "/dev/sdb", labPortals}},
+	"iscsi-session-free":   {{"pv-lost", "iqn.2024-01.io.pathmend.lab:lost", "0", "/dev/sda", labPortals}},
+	"iscsi-session-stuck":  {{"pv-stuck", "iqn.2024-01.io.pathmend.lab:stuck", "0", "/dev/dm-0", "127.0.0.1:3260,127.0.0.3:3260"}},
 }
+
+// labPortals are the two LIO portals of the lab captures.
+const labPortals = "127.0.0.1:3260,127.0.0.2:3260"
 
 // iscsiStateDir writes the staged iSCSI volumes of a capture into a fresh
 // store, through volume.Parse like NodeStage.
@@ -42,7 +47,7 @@ func iscsiStateDir(t *testing.T, fixture string) string {
 		t.Fatal(err)
 	}
 	for _, v := range iscsiStaged[fixture] {
-		c, _, err := volume.Parse(map[string]string{"transport": "iscsi", "iqn": v.iqn, "portals": "127.0.0.1:3260,127.0.0.2:3260", "lun": v.lun}, nil)
+		c, _, err := volume.Parse(map[string]string{"transport": "iscsi", "iqn": v.iqn, "portals": v.portals, "lun": v.lun}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,13 +60,14 @@ func iscsiStateDir(t *testing.T, fixture string) string {
 	return dir
 }
 
-// The three iSCSI captures, without and with staged records, without and
+// The iSCSI captures, without and with staged records, without and
 // with --plan, as tables and JSON.
 func TestDiagnose_ISCSIFixtures(t *testing.T) {
 	for fixture, wantCode := range map[string]int{
 		"iscsi-healthy":        0,
 		"iscsi-session-failed": 1,
 		"iscsi-session-free":   1,
+		"iscsi-session-stuck":  1,
 	} {
 		t.Run(fixture, func(t *testing.T) {
 			root := sysRoot(t, fixture)
@@ -206,6 +212,36 @@ func TestDiagnose_ISCSISessionDown(t *testing.T) {
 				t.Errorf("plan reason does not say what a one-shot diagnosis cannot know: %s", p.Reason)
 			}
 		})
+	}
+}
+
+// The really stuck session (open-iscsi #387) captured beside a live path
+// of the volume's map: a SessionDown for the proxied portal the session
+// was logged in through, whose ladder is logout-login (the map keeps sda),
+// and a MapDegraded that follows it and has no kick of its own.
+func TestDiagnose_ISCSIStuckCapture(t *testing.T) {
+	const iqn = "iqn.2024-01.io.pathmend.lab:stuck"
+	code, defects, plan, rep := diagnoseJSON(t, "--sys-root", sysRoot(t, "iscsi-session-stuck"), "--state-dir", iscsiStateDir(t, "iscsi-session-stuck"))
+	if code != 1 || len(defects) != 2 {
+		t.Fatalf("exit %d, defects %+v", code, defects)
+	}
+	down, degraded := defects[0], defects[1]
+	if down.Kind != kindSessionDown || down.Key != iqn+" 127.0.0.3:3260 default" ||
+		!cmp.Equal(down.Teardown, []heal.Path{{Name: "session2", Endpoint: "127.0.0.3:3260", State: "FREE"}}) ||
+		!cmp.Equal(down.Volumes, []string{"pv-stuck"}) || !strings.Contains(down.Detail, "dm-0 keeps live path sda") {
+		t.Errorf("SessionDown = %+v", down)
+	}
+	if degraded.Kind != kindMapDegraded || len(degraded.Teardown) != 0 || !strings.Contains(degraded.Subject, "1 of 2 paths live") {
+		t.Errorf("MapDegraded = %+v", degraded)
+	}
+	if plan[0].Verdict != heal.Deferred || !strings.Contains(plan[0].Reason, "would choose logout-login") {
+		t.Errorf("SessionDown plan %+v", plan[0])
+	}
+	if plan[1].Verdict != heal.Deferred || !strings.Contains(plan[1].Reason, "follows SessionDown session2") {
+		t.Errorf("MapDegraded plan %+v", plan[1])
+	}
+	if len(rep.Maps) != 1 || rep.Maps[0].LiveSlaves != 1 || rep.Maps[0].SessionsOfTarget != 2 {
+		t.Errorf("maps %+v", rep.Maps)
 	}
 }
 

@@ -18,6 +18,7 @@ const (
 	healthyIQN = "iqn.2024-01.io.pathmend.lab:healthy"
 	failingIQN = "iqn.2024-01.io.pathmend.lab:failing"
 	lostIQN    = "iqn.2024-01.io.pathmend.lab:lost"
+	stuckIQN   = "iqn.2024-01.io.pathmend.lab:stuck"
 )
 
 // The most important heal test: on the healthy capture, with both LUNs
@@ -94,6 +95,37 @@ func TestHeal_LadderOnTheFailedAndFreeCaptures(t *testing.T) {
 				t.Fatalf("kicked again: %v", r.kicker.Calls())
 			}
 		})
+	}
+}
+
+// The really stuck session (open-iscsi #387) captured beside a live path
+// of one multipath map, the volume on the map: 44 s down with the portal
+// reachable is not enough, the 45 s threshold is; the kick is a logout of
+// session2 alone and a login of its node record (127.0.0.3, the portal
+// the session was logged in through), never a restart, never session1.
+func TestHeal_StuckCaptureIsReloggedInBesideTheLivePath(t *testing.T) {
+	snap := readCapture(t, "iscsi-session-stuck")
+	r := newRig(t, nil)
+	pv := rec("pv", stuckIQN, 0, "/dev/dm-0", "127.0.0.1", "127.0.0.3")
+	for _, step := range []time.Duration{0, 30 * time.Second, 14 * time.Second} {
+		rs := r.tick(step, snap, pv)
+		if rp := report(t, rs, 2); rp.Verdict != "" {
+			t.Fatalf("%s into the outage: %+v", rp.DownFor, rp)
+		}
+		if rp := report(t, rs, 1); rp.Verdict != "" || rp.State != SessionLoggedIn {
+			t.Fatalf("the live session: %+v", rp)
+		}
+	}
+	rp := report(t, r.tick(time.Second, snap, pv), 2)
+	if rp.Verdict != heal.Kicked || rp.Kick != KickRelogin || rp.DownFor != 45*time.Second || rp.ReachableFor != 45*time.Second {
+		t.Fatalf("45 s down and reachable: %+v", rp)
+	}
+	if want := []string{"logout session2 127.0.0.3:3260", "login 127.0.0.3:3260"}; !cmp.Equal(want, r.kicker.Calls()) {
+		t.Fatalf("kicks %v, want %v", r.kicker.Calls(), want)
+	}
+	rp = report(t, r.tick(5*time.Second, relogged(snap, 2, 3), pv), 3)
+	if rp.Verdict != heal.Repaired || rp.TimeToLoggedIn != 5*time.Second {
+		t.Fatalf("after the relogin: %+v", rp)
 	}
 }
 

@@ -98,6 +98,39 @@ func TestRead_FreeCaptureShowsTheTransportOfflineDisk(t *testing.T) {
 	}
 }
 
+// The stuck capture (open-iscsi #387, iscsid logging "can't bind conn 2:0
+// to session 2, retcode -107" with its portal passing again): in sysfs it
+// is a FREE session like any other — connection failed, disk
+// transport-offline — beside a live one, both disks slaves of one map.
+func TestRead_StuckCaptureIsAFreeSessionBesideALivePathOfOneMap(t *testing.T) {
+	got := readCapture(t, "iscsi-session-stuck")
+	if len(got.Sessions) != 2 || len(got.Maps) != 1 {
+		t.Fatalf("want 2 sessions and 1 map, got %+v", got)
+	}
+	up, stuck := got.Sessions[0], got.Sessions[1]
+	if up.State != SessionLoggedIn || up.PortalString() != "127.0.0.1:3260" {
+		t.Errorf("session1 = %+v", up)
+	}
+	if stuck.State != SessionFree || stuck.RecoveryTmo != 5 || stuck.PortalString() != "127.0.0.3:3260" {
+		t.Errorf("session2 state %s recovery_tmo %d portal %s, want FREE 5 127.0.0.3:3260", stuck.State, stuck.RecoveryTmo, stuck.PortalString())
+	}
+	wantConn := Connection{ID: ConnectionID{Session: 2}, State: ConnFailed, PersistentAddress: "127.0.0.3", PersistentPort: 3260}
+	if diff := cmp.Diff([]Connection{wantConn}, stuck.Connections); diff != "" {
+		t.Errorf("session2 connection (-want +got):\n%s", diff)
+	}
+	l, _ := stuck.LUN(0)
+	if l.State != DeviceTransportOffline || l.Disk != "sdb" || l.WWID != up.LUNs[0].WWID {
+		t.Errorf("session2 LUN 0 = %+v", l)
+	}
+	m := got.Maps[0]
+	if m.Device != "dm-0" || !strings.HasPrefix(m.UUID, "mpath-") || strings.Join(m.Slaves, ",") != "sda,sdb" {
+		t.Errorf("map = %+v", m)
+	}
+	if got.Live("sdb") || !got.Live("sda") {
+		t.Error("sdb must not be live, sda must")
+	}
+}
+
 // Every required attribute, when missing, fails the read with its path.
 func TestRead_MissingRequiredAttributeIsAnErrorNamingItsPath(t *testing.T) {
 	sess := "devices/platform/host0/session1/iscsi_session/session1/"

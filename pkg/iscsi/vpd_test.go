@@ -12,7 +12,7 @@ import (
 // of every lab capture.
 func TestParseVPD83_AgreesWithTheKernelsWWIDOnEveryCapturedLUN(t *testing.T) {
 	n := 0
-	for _, name := range []string{"iscsi-healthy", "iscsi-session-failed", "iscsi-session-free"} {
+	for _, name := range []string{"iscsi-healthy", "iscsi-session-failed", "iscsi-session-free", "iscsi-session-stuck"} {
 		fx, err := sysfs.LoadFixture(filepath.Join(fixtureDir, name+".sysfs"))
 		if err != nil {
 			t.Fatal(err)
@@ -32,7 +32,7 @@ func TestParseVPD83_AgreesWithTheKernelsWWIDOnEveryCapturedLUN(t *testing.T) {
 			n++
 		}
 	}
-	if n < 8 {
+	if n < 10 {
 		t.Fatalf("only %d LUNs checked", n)
 	}
 }

@@ -266,8 +266,33 @@ fixture_iscsi_session_free() {
 		"the session through 127.0.0.1 LOGGED_IN; the session through 127.0.0.2 FREE (recovery timed out) with its connection failed and its disk transport-offline"
 }
 
+fixture_iscsi_session_stuck() {
+	local iqn=$IQN_PREFIX:stuck s p attempt
+	iscsi_target "$iqn" 1
+	flakyproxy_start 127.0.0.3:3260 127.0.0.2:3260
+	iscsid_foreground
+	multipathd_start
+	for p in 127.0.0.1:3260 127.0.0.3:3260; do
+		iscsiadm -m node -T "$iqn" -p "$p" -o new >/dev/null
+		iscsi_login "$iqn" "$p" >/dev/null
+	done
+	lab_wait 30 "two paths in the map" sh -c '[ "$(ls /sys/block/dm-*/slaves 2>/dev/null | wc -l)" -ge 2 ]'
+	s=$(iscsi_session_of "$iqn" 127.0.0.3:3260)
+	for attempt in 1 2 3; do
+		iscsi_make_stuck "$s" && break
+		[ "$attempt" -eq 3 ] && lab_fail "no stuck session in 3 attempts: iscsid recovered each time"
+		iscsi_wait_state "$s" LOGGED_IN 30
+	done
+	udevadm settle --timeout=20 || true
+	capture iscsi-session-stuck \
+		"LIO target $iqn, one LUN behind portals 127.0.0.1:3260 and 127.0.0.2:3260; logged in through 127.0.0.1:3260 and through hack/lab/flakyproxy on 127.0.0.3:3260 (in front of 127.0.0.2:3260); multipathd running; the proxy reset the second session's reopens after their bind until the session was stuck (open-iscsi #387), then passed traffic again" \
+		"the session through 127.0.0.1 LOGGED_IN; the session through 127.0.0.3 FREE although its portal accepts connections again: iscsid logs \"can't bind conn N:0 to session N, retcode -107\" every few seconds; its disk transport-offline; the map keeps one live path" \
+		"in sysfs a stuck session looks like any FREE session; only time in state with the portal reachable tells it apart" \
+		"iscsid's last line when captured: $(grep 'retcode -107' "$ISCSID_LOG" | tail -n 1)"
+}
+
 FIXTURES=(nvme-healthy nvme-no-namespace nvme-namespace-missing nvme-controller-not-contributing
-	nvme-path-reconnecting iscsi-healthy iscsi-session-failed iscsi-session-free)
+	nvme-path-reconnecting iscsi-healthy iscsi-session-failed iscsi-session-free iscsi-session-stuck)
 
 main() {
 	local name=${1:-}

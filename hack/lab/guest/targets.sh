@@ -38,6 +38,10 @@
 #   iscsi_wait_state SESSION STATE [SECONDS]
 # NQN alias (a second target sharing an NQN, see hack/lab/nqnproxy):
 #   nqnproxy_start LISTEN CONNECT HOST_NQN TARGET_NQN / nqnproxy_stop_all
+# Stuck iSCSI session (open-iscsi #387, see hack/lab/flakyproxy):
+#   flakyproxy_start LISTEN CONNECT / flakyproxy_stop
+#   iscsid_foreground (iscsid with its log kept; $ISCSID_RESTART restarts it)
+#   iscsi_make_stuck SESSION -> 0 when the session is stuck
 # Faults:
 #   fault_drop_port TRSVCID [ADDR] / fault_restore_port TRSVCID [ADDR]
 #   fault_clear
@@ -394,6 +398,101 @@ nqnproxy_stop_all() {
 	return 0
 }
 
+# ---------------------------------------------------------------- stuck iSCSI session
+
+# The stuck state of open-iscsi #387 (iscsid 2.1.8 on Linux 6.1): a
+# connection reset after iscsid bound a reopened connection and before its
+# login makes the kernel refuse every later bind with ENOTCONN; iscsid
+# logs "can't bind conn N:0 to session N, retcode -107" every few seconds
+# forever while the portal is reachable. hack/lab/flakyproxy, a portal in
+# front of a LIO portal, lands such a reset.
+LAB_RUN_DIR=/run/lab
+FLAKY_LOG=$LAB_RUN_DIR/flakyproxy.log
+ISCSID_LOG=$LAB_RUN_DIR/iscsid.log
+ISCSID_RESTART=$LAB_RUN_DIR/restart-iscsid.sh
+
+# lab_say is how iscsi_make_stuck reports progress; a script may redefine it.
+lab_say() { lab_log "$@"; }
+
+# flakyproxy_start LISTEN CONNECT runs flakyproxy in the background, one
+# line per event in $FLAKY_LOG; flakyproxy_stop ends it.
+flakyproxy_start() {
+	mkdir -p "$LAB_RUN_DIR"
+	: >"$LAB_RUN_DIR/flakyproxy.watch"
+	"${LAB_BIN:-/lab/bin}/flakyproxy" -listen "$1" -connect "$2" -watch-file "$LAB_RUN_DIR/flakyproxy.watch" \
+		</dev/null >"$FLAKY_LOG" 2>&1 &
+	echo $! >"$LAB_RUN_DIR/flakyproxy.pid"
+	lab_wait 10 "flakyproxy on $1" grep -q '^listening' "$FLAKY_LOG"
+}
+
+flakyproxy_stop() {
+	[ -f "$LAB_RUN_DIR/flakyproxy.pid" ] || return 0
+	kill "$(cat "$LAB_RUN_DIR/flakyproxy.pid")" 2>/dev/null
+	rm -f "$LAB_RUN_DIR/flakyproxy.pid"
+	return 0
+}
+
+flaky_resets() { awk '/^reset/ { n++ } END { print n + 0 }' "$FLAKY_LOG"; }
+flaky_bound_resets() { awk '/^reset bound/ { n++ } END { print n + 0 }' "$FLAKY_LOG"; }
+# flaky_unbound_run: resets never seen bound since the latest one seen bound.
+flaky_unbound_run() { awk '/^reset bound/ { n = 0; b = 1; next } /^reset$/ { if (b) n++ } END { print n + 0 }' "$FLAKY_LOG"; }
+
+# iscsid_foreground (re)starts iscsid in the foreground with its log
+# appended to $ISCSID_LOG. It writes and runs $ISCSID_RESTART, which does
+# the same and serves as pathmend's --iscsid-restart-command (the guest
+# has no systemd): stop iscsid by its pid, start it again. Sessions stay.
+iscsid_foreground() {
+	mkdir -p "$LAB_RUN_DIR" /run/lock/iscsi
+	modprobe iscsi_tcp || return
+	cat >"$ISCSID_RESTART" <<EOF
+pid=\$(pgrep -x iscsid)
+[ -n "\$pid" ] && kill \$pid
+for i in \$(seq 100); do pgrep -x iscsid >/dev/null || break; sleep 0.1; done
+setsid iscsid -f >>"$ISCSID_LOG" 2>&1 </dev/null &
+for i in \$(seq 100); do pgrep -x iscsid >/dev/null && break; sleep 0.1; done
+EOF
+	bash "$ISCSID_RESTART"
+	pgrep -x iscsid >/dev/null || lab_fail "iscsid did not start"
+}
+
+iscsid_cant_bind() { grep -c 'retcode -107' "$ISCSID_LOG" 2>/dev/null || true; }
+
+# iscsi_make_stuck SESSION drives SESSION (logged in through flakyproxy)
+# towards the stuck state, once: the proxy breaks until the session
+# leaves LOGGED_IN and the stuck state's signature shows (a reopen reset
+# after its bind, then three that were never bound: their bind failed) or
+# for 60 s, then passes. Returns 0 when the session is still down 15 s
+# later (iscsid relogs in within 2-6 s otherwise), 1 when iscsid got it
+# back by itself: reaching the state is a race.
+iscsi_make_stuck() {
+	local s=$1 t0 i r0 b0
+	echo "/sys/class/iscsi_connection/connection${s#session}:0/state" >"$LAB_RUN_DIR/flakyproxy.watch"
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	lab_say "proxy breaking: resetting the session's connection and every reopen once it is bound"
+	kill -USR1 "$(cat "$LAB_RUN_DIR/flakyproxy.pid")"
+	lab_wait 90 "$s to leave LOGGED_IN" sh -c "[ \"\$(cat /sys/class/iscsi_session/$s/state)\" != LOGGED_IN ]" ||
+		return 1
+	lab_say "$s $(cat "/sys/class/iscsi_session/$s/state") ($(awk -v a="$t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.1f", b-a}') s after the break)"
+	r0=$(flaky_resets) b0=$(flaky_bound_resets)
+	for ((i = 0; i < 300; i++)); do
+		[ "$(flaky_bound_resets)" -gt "$b0" ] && [ "$(flaky_unbound_run)" -ge 3 ] && break
+		sleep 0.2
+	done
+	kill -USR2 "$(cat "$LAB_RUN_DIR/flakyproxy.pid")"
+	lab_say "proxy passing again after $(($(flaky_resets) - r0)) resets: $(($(flaky_bound_resets) - b0)) after the bind, then $(flaky_unbound_run) reopens never bound; $s $(cat "/sys/class/iscsi_session/$s/state")"
+	for ((i = 1; i <= 15; i++)); do
+		sleep 1
+		if [ "$(cat "/sys/class/iscsi_session/$s/state" 2>/dev/null)" = LOGGED_IN ]; then
+			lab_say "iscsid relogged $s in by itself ${i} s after the proxy passed: not stuck"
+			return 1
+		fi
+		[ $((i % 5)) -eq 0 ] && lab_say "$s $(cat "/sys/class/iscsi_session/$s/state") ${i} s after the proxy passed"
+	done
+	lab_say "$s still $(cat "/sys/class/iscsi_session/$s/state") 15 s after its portal passes again: stuck (iscsid relogs in within 2-6 s otherwise)"
+	[ -s "$ISCSID_LOG" ] && lab_say "iscsid's log: $(iscsid_cant_bind) x \"$(grep 'retcode -107' "$ISCSID_LOG" | tail -n 1 | sed 's/^iscsid: //')\""
+	return 0
+}
+
 # ---------------------------------------------------------------- faults
 
 # fault_drop_port TRSVCID [ADDR] silently drops every packet to a target
@@ -421,6 +520,7 @@ lab_teardown_all() {
 	iscsi_logout_all || true
 	nvme_host_delete_all || true
 	nqnproxy_stop_all || true
+	flakyproxy_stop || true
 	lio_teardown_all || true
 	nvmet_teardown_all || true
 	lab_loop_destroy_all || true

@@ -54,6 +54,8 @@ func TestHealth_OnTheLabCaptures(t *testing.T) {
 			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.2:3260) FAILED for 40s"}},
 		{"iscsi-session-free", vol("iqn.2024-01.io.pathmend.lab:lost", 0, "127.0.0.2"), nil,
 			driver.Condition{Status: driver.Inaccessible, Reason: ReasonNoLivePath, Message: "0 of 1 portals logged in; session2 (127.0.0.2:3260) FREE"}},
+		{"iscsi-session-stuck", vol("iqn.2024-01.io.pathmend.lab:stuck", 0, "127.0.0.1", "127.0.0.3"), clocks{2: 95 * time.Second},
+			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.3:3260) FREE for 1m35s"}},
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 0, "127.0.0.1", "127.0.0.3"), nil,
 			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; no session to 127.0.0.3:3260"}},
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 5, "127.0.0.1"), nil,
