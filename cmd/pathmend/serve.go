@@ -192,16 +192,15 @@ func serve(ctx context.Context, c serveConfig) error {
 	ex := exec.New()
 	prefix := strings.Fields(c.hostCommandPrefix)
 	restart := strings.Fields(c.iscsidRestartCommand)
-	// Two initiators over one exec: NodeStage's, and the heal's, whose
-	// commands count in pathmend_monitor_processes_started_total.
+	// One initiator: NodeStage's, and a view of it for the heal whose
+	// commands count in pathmend_monitor_processes_started_total. Both
+	// share one gate, so an iscsid restart never runs during a login or
+	// logout of either, and one lock per node record.
 	stageInit, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: ex, Sys: sys, CommandPrefix: prefix, RestartCommand: restart})
 	if err != nil {
 		return err
 	}
-	healInit, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: m.CountingExec(ex), Sys: sys, CommandPrefix: prefix, RestartCommand: restart})
-	if err != nil {
-		return err
-	}
+	healInit := stageInit.WithExec(m.CountingExec(ex))
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
 		Mode: mode, Scope: iscsi.HealScope(c.iscsiHealScope), Threshold: c.iscsiStuckThreshold,
 		Kicker: healInit, Prober: &iscsi.NetProber{},

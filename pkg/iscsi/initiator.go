@@ -62,10 +62,15 @@ type InitiatorConfig struct {
 // also knows when a login or logout is in flight (RestartDaemon refuses to
 // run then, and they wait while a restart runs). Operations on the same
 // node record are serialized. Safe for concurrent use; build one per
-// process and share it between the attacher and the session heal.
+// process and share it between the attacher and the session heal (or a
+// view of it from WithExec).
 type Initiator struct {
 	cfg InitiatorConfig
+	co  *coordination
+}
 
+// coordination is what every view of one Initiator shares.
+type coordination struct {
 	// gate is held shared by every login, logout and node-record command
 	// and exclusively by a restart of iscsid.
 	gate     sync.RWMutex
@@ -104,7 +109,17 @@ func NewInitiator(cfg InitiatorConfig) (*Initiator, error) {
 	if cfg.CommandTimeout == 0 {
 		cfg.CommandTimeout = DefaultCommandTimeout
 	}
-	return &Initiator{cfg: cfg}, nil
+	return &Initiator{cfg: cfg, co: &coordination{}}, nil
+}
+
+// WithExec returns a view of in that runs its commands through e (the
+// session heal's, which counts them) but shares in's coordination: a
+// restart through either refuses while a login or logout runs through
+// the other, and both serialize on the same node-record locks.
+func (in *Initiator) WithExec(e exec.Interface) *Initiator {
+	cfg := in.cfg
+	cfg.Exec = e
+	return &Initiator{cfg: cfg, co: in.co}
 }
 
 func setDefault(s *string, v string) {
@@ -118,7 +133,7 @@ func (in *Initiator) LoginTimeout() time.Duration { return in.cfg.LoginTimeout }
 
 // InFlight is the number of logins, logouts and node-record commands
 // running now.
-func (in *Initiator) InFlight() int { return int(in.inFlight.Load()) }
+func (in *Initiator) InFlight() int { return int(in.co.inFlight.Load()) }
 
 // command is one host command. secrets are values that must never appear
 // in a log line or an error: argv words equal to one are shown as "***"
@@ -208,11 +223,11 @@ func (in *Initiator) run(ctx context.Context, timeout time.Duration, c command) 
 // shared runs fn holding the gate shared and the node record's lock, and
 // counts it as in flight. It waits while a restart of iscsid runs.
 func (in *Initiator) shared(ctx context.Context, n Node, fn func() error) error {
-	in.gate.RLock()
-	defer in.gate.RUnlock()
-	in.inFlight.Add(1)
-	defer in.inFlight.Add(-1)
-	unlock := in.nodes.Lock(n.key())
+	in.co.gate.RLock()
+	defer in.co.gate.RUnlock()
+	in.co.inFlight.Add(1)
+	defer in.co.inFlight.Add(-1)
+	unlock := in.co.nodes.Lock(n.key())
 	defer unlock()
 	if err := ctx.Err(); err != nil {
 		return err
@@ -226,10 +241,10 @@ func (in *Initiator) shared(ctx context.Context, n Node, fn func() error) error 
 // when a login, logout or node update is running, and holds every new one
 // back until the restart command returns.
 func (in *Initiator) RestartDaemon(ctx context.Context) error {
-	if !in.gate.TryLock() {
+	if !in.co.gate.TryLock() {
 		return ErrInFlight
 	}
-	defer in.gate.Unlock()
+	defer in.co.gate.Unlock()
 	rc := in.cfg.RestartCommand
 	_, err := in.run(ctx, in.cfg.CommandTimeout, command{name: rc[0], args: rc[1:]})
 	if err != nil {

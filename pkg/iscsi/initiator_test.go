@@ -287,6 +287,54 @@ func TestInitiator_RestartAndLoginsExcludeEachOther(t *testing.T) {
 	wg.Wait()
 }
 
+// The heal's view (WithExec) runs its commands through its own exec but
+// shares the coordination: its restart is refused while NodeStage's login
+// runs through the other view, and a relogin of the same node record
+// waits for that login.
+func TestInitiator_WithExecSharesTheGateAndTheNodeLocks(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan string, 4)
+	block := func(who string) *iscsitest.Exec {
+		return &iscsitest.Exec{Handler: func(_ context.Context, argv []string) iscsitest.Result {
+			entered <- who + " " + argv[len(argv)-1]
+			<-release
+			return iscsitest.Result{}
+		}}
+	}
+	stage := newInitiator(t, block("stage"), func(c *InitiatorConfig) { c.CommandPrefix = nil })
+	healEx := block("heal")
+	heal := stage.WithExec(healEx)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = stage.Login(ctx, node1) }()
+	if got := <-entered; got != "stage --login" {
+		t.Fatalf("first command %q", got)
+	}
+	if heal.InFlight() != 1 {
+		t.Errorf("the heal's view sees %d in flight, want 1", heal.InFlight())
+	}
+	if err := heal.RestartDaemon(ctx); !errors.Is(err, ErrInFlight) {
+		t.Fatalf("the heal's restart during NodeStage's login: %v, want ErrInFlight", err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = heal.Login(ctx, node1) }()
+	select {
+	case got := <-entered:
+		t.Fatalf("%q ran while the same node record's login ran", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release <- struct{}{}
+	if got := <-entered; got != "heal --login" {
+		t.Fatalf("after NodeStage's login: %q, want the heal's login through its own exec", got)
+	}
+	release <- struct{}{}
+	wg.Wait()
+	if n := len(healEx.Calls()); n != 1 {
+		t.Errorf("the heal's exec ran %d commands, want 1", n)
+	}
+}
+
 func TestInitiator_RescanWritesChannelTargetLUNToTheHostsScan(t *testing.T) {
 	fsys, dir := tree(t, twoPortals())
 	in, err := NewInitiator(InitiatorConfig{Exec: &iscsitest.Exec{}, Sys: fsys})
