@@ -151,7 +151,7 @@ func healUntil(t *testing.T, ctx context.Context, h *iscsi.SessionHealer, p *pat
 			t.Fatal(err)
 		}
 		recs, _ := p.recs.List()
-		reports := h.Tick(ctx, snap, recs)
+		reports := h.Tick(ctx, snap, recs, nil)
 		for _, r := range reports {
 			if r.Verdict != "" {
 				t.Logf("heal: %s %s %s %s kick=%s verdict=%s reason=%q err=%v", r.Session, r.Node.Portal, r.State, r.DownFor, r.Kick, r.Verdict, r.Reason, r.Err)

@@ -30,14 +30,14 @@ type sessionHeal struct {
 	metrics *metrics.Metrics
 }
 
-func (s sessionHeal) Tick(ctx context.Context, records []volume.Record) {
+func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
 	snap, err := iscsi.Read(s.sys, time.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
 		return
 	}
 	counts := map[heal.Kind]int{}
-	for _, r := range s.healer.Tick(ctx, snap, records) {
+	for _, r := range s.healer.Tick(ctx, snap, records, recordsErr) {
 		if r.State != iscsi.SessionLoggedIn && r.InScope && r.DownFor > 0 {
 			counts["SessionDown"]++
 		}

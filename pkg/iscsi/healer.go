@@ -225,13 +225,16 @@ func (h *SessionHealer) DownFor(id SessionID) (time.Duration, bool) {
 }
 
 // Tick takes one look: snap is this tick's Read, records the staged
-// volumes (any transport; non-iSCSI ones are ignored). It updates the
+// volumes (any transport; non-iSCSI ones are ignored), recordsErr the
+// error of listing them when some could not be read: the readable ones
+// still set the scope, but no session is then logged out as if its disks
+// were unused (see ChooseKick). It updates the
 // clocks, probes the portals of down sessions, decides on each stuck one
 // (narrowest kick first, at most one iscsid restart) and, in repair mode,
 // kicks. It returns one Report per session and per absent portal of a
 // staged volume, sorted by target, portal and session. In off mode it
 // does nothing and returns nil. Every verdict is logged once at level 0.
-func (h *SessionHealer) Tick(ctx context.Context, snap *Snapshot, records []volume.Record) []Report {
+func (h *SessionHealer) Tick(ctx context.Context, snap *Snapshot, records []volume.Record, recordsErr error) []Report {
 	if h.cfg.Mode == heal.ModeOff || snap == nil {
 		return nil
 	}
@@ -242,7 +245,7 @@ func (h *SessionHealer) Tick(ctx context.Context, snap *Snapshot, records []volu
 	reports := h.observe(ctx, m, snap, recs)
 	h.probe(ctx, reports)
 	h.resolvePending(reports)
-	h.decide(ctx, snap, recs, reports)
+	h.decide(ctx, snap, recs, recordsErr == nil, reports)
 	h.sweep(reports)
 
 	out := make([]Report, len(reports))

@@ -1,8 +1,11 @@
 package iscsi
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +98,31 @@ func TestHeal_LadderOnTheFailedAndFreeCaptures(t *testing.T) {
 				t.Fatalf("kicked again: %v", r.kicker.Calls())
 			}
 		})
+	}
+}
+
+// When some staged-volume records cannot be read, the readable ones say
+// nothing about the LUNs the unreadable ones may use: the free capture's
+// stuck session, whose disk sdb the readable volume does not use (a
+// relogin with complete records), is then the last path of a disk that
+// may be in use — iscsid is restarted, the session never logged out. A
+// LUN with another live path would still be relogged in.
+func TestHeal_IncompleteRecordsNeverLogOutALastPath(t *testing.T) {
+	snap := readCapture(t, "iscsi-session-free")
+	r := newRig(t, nil)
+	pv := rec("pv", lostIQN, 0, "/dev/sda", "127.0.0.1", "127.0.0.2")
+	unreadable := errors.New("staged-volume record pv-x.json: unexpected end of JSON input")
+	tick := func(d time.Duration) Report {
+		r.clk.Step(d)
+		return report(t, r.h.Tick(context.Background(), snap, []volume.Record{pv}, unreadable), 2)
+	}
+	tick(0)
+	rp := tick(45 * time.Second)
+	if rp.Verdict != heal.Kicked || rp.Kick != KickRestart || !strings.Contains(rp.Reason, "some staged-volume records could not be read") {
+		t.Fatalf("with unreadable records: %+v", rp)
+	}
+	if diff := cmp.Diff([]string{"restart"}, r.kicker.Calls()); diff != "" {
+		t.Fatalf("kicks (-want +got):\n%s", diff)
 	}
 }
 

@@ -16,14 +16,14 @@ import (
 // relogins first (narrowest), then at most one iscsid restart for all
 // sessions that need one, and only in a tick where nothing else was
 // kicked (the next tick decides on fresh state).
-func (h *SessionHealer) decide(ctx context.Context, snap *Snapshot, recs []volume.Record, reports []*Report) {
+func (h *SessionHealer) decide(ctx context.Context, snap *Snapshot, recs []volume.Record, complete bool, reports []*Report) {
 	var restarts []*Report
 	kickedNow := false
 	for _, r := range reports {
 		if r.State.LoggedIn() || r.Verdict != "" {
 			continue // up, or its pending kick was resolved this tick
 		}
-		h.judge(snap, recs, r)
+		h.judge(snap, recs, complete, r)
 		switch {
 		case r.Verdict != heal.Repaired:
 			h.logVerdict(*r)
@@ -50,7 +50,7 @@ func (h *SessionHealer) decide(ctx context.Context, snap *Snapshot, recs []volum
 // judge walks the ladder for one down report and sets Verdict, Kick and
 // Reason. Verdict Repaired means "allowed now" (not yet run); an empty
 // Verdict means there is nothing to decide yet.
-func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
+func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete bool, r *Report) {
 	key, th := r.Node.key(), h.cfg.Threshold
 	// Below the threshold iscsid is presumed to be recovering the session:
 	// there is nothing to decide, and nothing is logged.
@@ -94,7 +94,7 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, r *Report) {
 	r.Kick = KickLogin
 	if r.State != SessionAbsent {
 		s, _ := snap.Session(r.Session)
-		r.Kick, why = ChooseKick(snap, s, recs)
+		r.Kick, why = chooseKick(snap, s, recs, complete)
 	}
 	// A restart bounces every session of the node: its budget is per node.
 	// Logins and relogins touch one node record: their cooldown is per

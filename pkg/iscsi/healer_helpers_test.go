@@ -96,7 +96,7 @@ func newRig(t *testing.T, mod func(*HealerConfig)) *rig {
 // tick steps the clock by d, then ticks.
 func (r *rig) tick(d time.Duration, snap *Snapshot, recs ...volume.Record) []Report {
 	r.clk.Step(d)
-	return r.h.Tick(context.Background(), snap, recs)
+	return r.h.Tick(context.Background(), snap, recs, nil)
 }
 
 // report returns the report of session id (0: the first absent one).

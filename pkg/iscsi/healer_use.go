@@ -21,7 +21,14 @@ import (
 // come before it in the SessionHealer, and a caller without them (a
 // one-shot diagnosis) must say so. It reads only its arguments.
 func ChooseKick(snap *Snapshot, s Session, records []volume.Record) (k Kick, why string) {
-	inUse, why := lastPathInUse(snap, s, iscsiRecords(records))
+	return chooseKick(snap, s, iscsiRecords(records), true)
+}
+
+// chooseKick is ChooseKick on iSCSI records; complete is false when some
+// staged-volume records could not be read: then an uncovered LUN counts
+// as in use, since an unreadable record may be its volume's.
+func chooseKick(snap *Snapshot, s Session, recs []volume.Record, complete bool) (k Kick, why string) {
+	inUse, why := lastPathInUse(snap, s, recs, complete)
 	if inUse {
 		return KickRestart, why
 	}
@@ -41,8 +48,10 @@ func ChooseKick(snap *Snapshot, s Session, records []volume.Record) (k Kick, why
 // record names; a record that names nothing, or something this LUN has no
 // name for, counts as using it (when in doubt, do not log out). A LUN of
 // a target no staged volume uses (heal scope all) counts as in use:
-// pathmend cannot see whether something it did not stage mounts it.
-func lastPathInUse(snap *Snapshot, s Session, recs []volume.Record) (inUse bool, why string) {
+// pathmend cannot see whether something it did not stage mounts it. So
+// does every uncovered LUN when the records are not complete (some could
+// not be read): the unreadable one may be its volume's.
+func lastPathInUse(snap *Snapshot, s Session, recs []volume.Record, complete bool) (inUse bool, why string) {
 	var covered []string
 	for _, l := range s.LUNs {
 		if l.Disk == "" {
@@ -65,6 +74,9 @@ func lastPathInUse(snap *Snapshot, s Session, recs []volume.Record) (inUse bool,
 		}
 		if len(holders) > 0 {
 			return true, fmt.Sprintf("LUN %d: %s has no other live path and is held by %s", l.Address.LUN, dev, strings.Join(holders, ","))
+		}
+		if !complete {
+			return true, fmt.Sprintf("LUN %d: %s has no other live path, and some staged-volume records could not be read (cannot tell who uses it)", l.Address.LUN, dev)
 		}
 		mine := recordsOfLUN(recs, s.TargetName, l.Address.LUN)
 		if len(volumesOf(recs, s.TargetName)) == 0 {

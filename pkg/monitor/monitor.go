@@ -36,9 +36,10 @@ type Config struct {
 }
 
 // SessionHealer is the iSCSI session heal, run once per tick after the
-// NVMe passes.
+// NVMe passes. recordsErr is the error of listing the staged volumes when
+// some could not be read (records holds the readable ones).
 type SessionHealer interface {
-	Tick(ctx context.Context, records []volume.Record)
+	Tick(ctx context.Context, records []volume.Record, recordsErr error)
 }
 
 // Deps are the monitor's seams.

@@ -55,7 +55,7 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 		m.forgetAll()
 	}
 	if m.deps.Sessions != nil {
-		m.deps.Sessions.Tick(ctx, recs)
+		m.deps.Sessions.Tick(ctx, recs, err)
 	}
 	end := m.deps.Clock.Now()
 	m.deps.Metrics.ObserveTick(end.Sub(start), end)
