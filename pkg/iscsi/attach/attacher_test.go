@@ -131,8 +131,10 @@ func TestAttach_OnePortalFailingStillAttaches(t *testing.T) {
 	}
 }
 
-// When nothing logs in, or the disks are not one LUN, Attach fails and
-// removes what it created: sessions and node records.
+// When nothing logs in, or the disks are not one LUN (WWIDs published but
+// different or missing on some paths, sizes different, the map of another
+// size or holding a foreign disk), Attach fails and removes what it
+// created: sessions and node records.
 func TestAttach_FailureRollsBack(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -147,7 +149,32 @@ func TestAttach_FailureRollsBack(t *testing.T) {
 		{"paths disagree on identity", func(h *fakeHost) {
 			h.wwid = func(portal string, _ int) string { return "naa.6001405" + strings.ReplaceAll(portal, ".", "") }
 		}, "disagree on identity", nil},
-		{"no wwid to verify", func(h *fakeHost) { h.wwid = func(string, int) string { return "" } }, "cannot verify", nil},
+		{"wwid on one path only", func(h *fakeHost) {
+			h.wwid = func(portal string, _ int) string {
+				if portal == "127.0.0.2:3260" {
+					return ""
+				}
+				return "naa.6001405aaaa"
+			}
+		}, "cannot verify session2 (127.0.0.2:3260) sdb: the kernel publishes no WWID for it, while session1 (127.0.0.1:3260) sda has naa.6001405aaaa", nil},
+		{"paths disagree on size", func(h *fakeHost) {
+			h.sectors = func(portal string, _ int) int64 { return map[string]int64{"127.0.0.2:3260": 262144}[portal] }
+		}, "disagree on size", nil},
+		{"map size differs from the paths", func(h *fakeHost) { h.mapSectors = 262144 },
+			"multipath map dm-0 (mpatha) of " + iqn + " LUN 0 has 134217728 bytes, its path sda has 67108864", nil},
+		{"no wwid anywhere, map size differs from the paths", func(h *fakeHost) {
+			h.wwid = func(string, int) string { return "" }
+			h.mapSectors = 262144
+		}, "multipath map dm-0 (mpatha) of " + iqn + " LUN 0 has 134217728 bytes, its path sda has 67108864", nil},
+		{"map holds another LUN's disk", func(h *fakeHost) {
+			h.luns = []int{0, 1}
+			h.mapExtra = map[int][]string{0: {"sdd"}}
+		}, "multipath map dm-0 (mpatha) holds sdd, which is not a path of LUN naa.6001405", nil},
+		{"no wwid anywhere, map holds another LUN's disk", func(h *fakeHost) {
+			h.wwid = func(string, int) string { return "" }
+			h.luns = []int{0, 1}
+			h.mapExtra = map[int][]string{0: {"sdd"}}
+		}, "multipath map dm-0 (mpatha) holds sdd, which is not a path of LUN 0 of " + iqn + " (no WWID)", nil},
 		{"no disk appears", func(h *fakeHost) { h.noDisk = true }, "no disk on 2 logged-in session(s)", context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,6 +190,49 @@ func TestAttach_FailureRollsBack(t *testing.T) {
 			}
 			if n, keys := h.sessionCount(), h.recordKeys(); n != 0 || len(keys) != 0 {
 				t.Errorf("left behind: %d sessions, records %v", n, keys)
+			}
+		})
+	}
+}
+
+// A LUN for which the kernel publishes no WWID on any path (no wwid
+// attribute and no vpd_pg83 page) attaches, verified by size only, and
+// says so in one log line; with WWIDs there is no such line.
+func TestAttach_WithoutAWWIDVerifiesBySizeOnly(t *testing.T) {
+	const line = "Cannot verify the LUN's WWID; verifying the device by size only"
+	for _, tc := range []struct {
+		name       string
+		portals    []string
+		multipathd bool
+		noWWID     bool
+		want       string
+		lines      int
+	}{
+		{"two portals, map", []string{"127.0.0.1", "127.0.0.2"}, true, true, "dm-0", 1},
+		{"two portals, no map", []string{"127.0.0.1", "127.0.0.2"}, false, true, "sda", 1},
+		{"one portal, no map", []string{"127.0.0.1"}, false, true, "sda", 1},
+		{"wwids published", []string{"127.0.0.1", "127.0.0.2"}, true, false, "dm-0", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := captureLogs(t, "0")
+			h := newFakeHost(t)
+			h.multipathd = tc.multipathd
+			if tc.noWWID {
+				h.wwid = func(string, int) string { return "" }
+			}
+			dev, err := h.attacher(&records{}, nil).Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, tc.portals...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := (driver.Device{Path: filepath.Join(h.dev, tc.want), SizeBytes: 64 << 20}); dev != want {
+				t.Errorf("device %+v, want %+v", dev, want)
+			}
+			klog.Flush()
+			if n := strings.Count(logs.String(), line); n != tc.lines {
+				t.Fatalf("%d lines %q, want %d:\n%s", n, line, tc.lines, logs)
+			}
+			if tc.lines > 0 && !strings.Contains(logs.String(), "no WWID for the LUN on any path") {
+				t.Errorf("the line does not say why:\n%s", logs)
 			}
 		})
 	}

@@ -40,7 +40,11 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	if err != nil {
 		return driver.Device{}, err
 	}
-	m, found, err := a.waitMap(ctx, wwid, paths)
+	if wwid == "" {
+		klog.FromContext(ctx).Info("Cannot verify the LUN's WWID; verifying the device by size only", "iqn", v.IQN, "lun", v.LUN, "paths", describe(paths),
+			"reason", "the kernel publishes no WWID for the LUN on any path: each has an empty wwid attribute, or none and no vpd_pg83 page")
+	}
+	m, found, err := a.waitMap(ctx, v, wwid, paths)
 	if err != nil {
 		return driver.Device{}, err
 	}
@@ -49,6 +53,11 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	// path, and Health reports the portals as they are.
 	name := paths[0].lun.Disk
 	if found {
+		// A map of another size is not a map over these disks as they
+		// are (an earlier LUN's, or one not resized after the LUN was).
+		if m.SizeBytes != size {
+			return driver.Device{}, fmt.Errorf("multipath map %s (%s) of %s LUN %d has %d bytes, its path %s has %d", m.Device, m.Name, v.IQN, v.LUN, m.SizeBytes, paths[0].lun.Disk, size)
+		}
 		name, size = m.Device, m.SizeBytes
 	} else if len(paths) > 1 {
 		klog.FromContext(ctx).Info("No multipath map over the paths of the LUN; using one path", "iqn", v.IQN, "lun", v.LUN, "paths", describe(paths), "device", name)
@@ -140,22 +149,29 @@ func lunPaths(ctx context.Context, r iscsi.Resolver, snap *iscsi.Snapshot, v *vo
 	return paths, lacking
 }
 
-// verifyPaths checks that every path shows the same non-empty WWID and
-// the same size: they are one LUN, and the one asked for.
+// verifyPaths checks that the paths are one LUN, and the one asked for:
+// every path has the same size and the same WWID. When the kernel
+// publishes a WWID on no path, wwid is "" and only the sizes are compared;
+// a WWID on some paths but not on others is an error, since the paths
+// without one cannot be shown to be the same LUN.
 func verifyPaths(v *volume.ISCSI, paths []lunPath) (wwid string, size int64, err error) {
-	for i, p := range paths {
-		if p.lun.WWID == "" {
-			return "", 0, fmt.Errorf("cannot verify %s: the kernel publishes neither wwid nor vpd_pg83", p)
-		}
-		if i == 0 {
-			wwid, size = p.lun.WWID, p.lun.SizeBytes
-			continue
-		}
-		if p.lun.WWID != wwid {
-			return "", 0, fmt.Errorf("paths of %s LUN %d disagree on identity: %s has %s, %s has %s", v.IQN, v.LUN, paths[0], wwid, p, p.lun.WWID)
+	if len(paths) == 0 {
+		return "", 0, fmt.Errorf("no disk of %s LUN %d to verify", v.IQN, v.LUN)
+	}
+	first := paths[0]
+	wwid, size = first.lun.WWID, first.lun.SizeBytes
+	for _, p := range paths[1:] {
+		switch {
+		case p.lun.WWID == wwid:
+		case wwid == "":
+			return "", 0, fmt.Errorf("cannot verify %s: the kernel publishes no WWID for it, while %s has %s", first, p, p.lun.WWID)
+		case p.lun.WWID == "":
+			return "", 0, fmt.Errorf("cannot verify %s: the kernel publishes no WWID for it, while %s has %s", p, first, wwid)
+		default:
+			return "", 0, fmt.Errorf("paths of %s LUN %d disagree on identity: %s has %s, %s has %s", v.IQN, v.LUN, first, wwid, p, p.lun.WWID)
 		}
 		if p.lun.SizeBytes != size {
-			return "", 0, fmt.Errorf("paths of %s LUN %d disagree on size: %s has %d bytes, %s has %d", v.IQN, v.LUN, paths[0], size, p, p.lun.SizeBytes)
+			return "", 0, fmt.Errorf("paths of %s LUN %d disagree on size: %s has %d bytes, %s has %d", v.IQN, v.LUN, first, size, p, p.lun.SizeBytes)
 		}
 	}
 	return wwid, size, nil
@@ -165,7 +181,7 @@ func verifyPaths(v *volume.ISCSI, paths []lunPath) (wwid string, size int64, err
 // MultipathWait for multipathd to assemble one that holds them all (for
 // a single path too, unless NoMultipathd); a map holding a device that is
 // not a path of this LUN is an error.
-func (a *Attacher) waitMap(ctx context.Context, wwid string, paths []lunPath) (iscsi.MultipathMap, bool, error) {
+func (a *Attacher) waitMap(ctx context.Context, v *volume.ISCSI, wwid string, paths []lunPath) (iscsi.MultipathMap, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.MultipathWait)
 	defer cancel()
 	for {
@@ -173,7 +189,7 @@ func (a *Attacher) waitMap(ctx context.Context, wwid string, paths []lunPath) (i
 		if err != nil {
 			return iscsi.MultipathMap{}, false, err
 		}
-		m, found, complete, err := mapOver(snap, wwid, paths)
+		m, found, complete, err := mapOver(snap, v, wwid, paths)
 		if err != nil || complete || (!found && a.cfg.NoMultipathd) {
 			return m, found, err
 		}
@@ -187,9 +203,10 @@ func (a *Attacher) waitMap(ctx context.Context, wwid string, paths []lunPath) (i
 }
 
 // mapOver finds the one map holding any of the paths' disks and checks
-// that every device it holds is a path of the same LUN. complete is set
-// when it holds every path.
-func mapOver(snap *iscsi.Snapshot, wwid string, paths []lunPath) (m iscsi.MultipathMap, found, complete bool, err error) {
+// that every device it holds is a path of the same LUN: one with the
+// LUN's WWID or, when the LUN has none (wwid ""), one of the same target
+// and LUN number without a WWID. complete is set when it holds every path.
+func mapOver(snap *iscsi.Snapshot, v *volume.ISCSI, wwid string, paths []lunPath) (m iscsi.MultipathMap, found, complete bool, err error) {
 	for _, p := range paths {
 		pm, ok := snap.MapOf(p.lun.Disk)
 		if !ok {
@@ -206,10 +223,19 @@ func mapOver(snap *iscsi.Snapshot, wwid string, paths []lunPath) (m iscsi.Multip
 	// A map that also holds a foreign device is not this volume's map,
 	// whatever its name says.
 	for _, sl := range m.Slaves {
-		_, l, ok := snap.PathOf(sl)
-		if !ok || l.WWID != wwid {
-			return iscsi.MultipathMap{}, false, false, fmt.Errorf("multipath map %s (%s) holds %s, which is not a path of LUN %s", m.Device, m.Name, sl, wwid)
+		s, l, ok := snap.PathOf(sl)
+		same := ok && l.WWID == wwid
+		if same && wwid == "" {
+			same = s.TargetName == v.IQN && l.Address.LUN == v.LUN
 		}
+		if same {
+			continue
+		}
+		lun := wwid
+		if lun == "" {
+			lun = fmt.Sprintf("%d of %s (no WWID)", v.LUN, v.IQN)
+		}
+		return iscsi.MultipathMap{}, false, false, fmt.Errorf("multipath map %s (%s) holds %s, which is not a path of LUN %s", m.Device, m.Name, sl, lun)
 	}
 	return m, true, len(m.Slaves) >= len(paths), nil
 }

@@ -40,7 +40,10 @@ type fakeHost struct {
 	flushCode  int
 	luns       []int // the target's LUNs
 	wwid       func(portal string, lun int) string
-	noDisk     bool // sessions come up without their disks
+	sectors    func(portal string, lun int) int64 // disk size; 64 MiB when nil or 0
+	mapSectors int64                              // map size; 64 MiB when 0
+	mapExtra   map[int][]string                   // LUN → disks multipathd wrongly adds to its map
+	noDisk     bool                               // sessions come up without their disks
 	multipathd bool
 	mapSingle  bool // multipathd maps single paths (find_multipaths no)
 }
@@ -155,6 +158,9 @@ func (h *fakeHost) login(key, target, portal string) iscsitest.Result {
 	s := iscsitest.Session{ID: id, Host: id + 10, Target: target, Address: addr, Port: p, TPGT: 1, RecoveryTmo: 120}
 	for i, n := range h.luns {
 		l := iscsitest.LUN{LUN: n, WWID: h.wwid(portal, n)}
+		if h.sectors != nil {
+			l.Sectors = h.sectors(portal, n)
+		}
 		if !h.noDisk {
 			k := (id-1)*len(h.luns) + i
 			l.Disk, l.Minor = "sd"+string(rune('a'+k)), k*16
@@ -189,7 +195,8 @@ func (h *fakeHost) assemble() {
 		if len(slaves) < 2 && !(h.mapSingle && len(slaves) == 1) {
 			continue
 		}
-		m := iscsitest.Map{Device: "dm-" + strconv.Itoa(n), Name: "mpath" + string(rune('a'+n)), Slaves: slaves}
+		slaves = append(slaves, h.mapExtra[n]...)
+		m := iscsitest.Map{Device: "dm-" + strconv.Itoa(n), Name: "mpath" + string(rune('a'+n)), Slaves: slaves, Sectors: h.mapSectors}
 		if err := iscsitest.AddMap(h.sys, m); err != nil {
 			h.t.Error(err)
 		}
