@@ -50,11 +50,12 @@ type serveConfig struct {
 	hostNQNFile     string
 	hostIDFile      string
 
-	hostCommandPrefix    string
-	iscsidRestartCommand string
-	iscsiHealScope       string
-	iscsiStuckThreshold  time.Duration
-	noMultipathd         bool
+	hostCommandPrefix     string
+	iscsidRestartCommand  string
+	iscsiHealScope        string
+	iscsiStuckThreshold   time.Duration
+	iscsidRestartCooldown time.Duration
+	noMultipathd          bool
 }
 
 func defaultServeConfig() serveConfig {
@@ -78,9 +79,10 @@ func defaultServeConfig() serveConfig {
 		hostNQNFile:     "/etc/nvme/hostnqn",
 		hostIDFile:      "/etc/nvme/hostid",
 
-		iscsidRestartCommand: "systemctl restart iscsid",
-		iscsiHealScope:       string(iscsi.HealStaged),
-		iscsiStuckThreshold:  iscsi.DefaultThreshold,
+		iscsidRestartCommand:  "systemctl restart iscsid",
+		iscsiHealScope:        string(iscsi.HealStaged),
+		iscsiStuckThreshold:   iscsi.DefaultThreshold,
+		iscsidRestartCooldown: iscsi.DefaultRestartCooldown,
 	}
 }
 
@@ -110,6 +112,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.iscsidRestartCommand, "iscsid-restart-command", c.iscsidRestartCommand, "host command that restarts iscsid (the heal's last rung), split on spaces")
 	fs.StringVar(&c.iscsiHealScope, "heal-iscsi-scope", c.iscsiHealScope, "iSCSI sessions the heal may kick: staged (targets of staged volumes) or all")
 	fs.DurationVar(&c.iscsiStuckThreshold, "iscsi-stuck-threshold", c.iscsiStuckThreshold, "how long a session must be down with its portal continuously reachable before it is kicked")
+	fs.DurationVar(&c.iscsidRestartCooldown, "iscsid-restart-cooldown", c.iscsidRestartCooldown, "at most one iscsid restart per node in this window (remembered in the state dir across restarts of pathmend)")
 	fs.BoolVar(&c.noMultipathd, "no-multipathd", c.noMultipathd, "the node runs no multipathd: iSCSI attach uses one disk without waiting for a map")
 }
 
@@ -136,6 +139,9 @@ func (c serveConfig) validate() error {
 	}
 	if len(strings.Fields(c.iscsidRestartCommand)) == 0 {
 		errs = append(errs, errors.New("--iscsid-restart-command is empty"))
+	}
+	if c.iscsidRestartCooldown <= 0 {
+		errs = append(errs, errors.New("--iscsid-restart-cooldown must be positive"))
 	}
 	if c.iscsiStuckThreshold <= 0 {
 		errs = append(errs, errors.New("--iscsi-stuck-threshold must be positive"))
@@ -202,7 +208,8 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	healInit := stageInit.WithExec(m.CountingExec(ex))
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
-		Mode: mode, Scope: iscsi.HealScope(c.iscsiHealScope), Threshold: c.iscsiStuckThreshold,
+		Policy: policy, Scope: iscsi.HealScope(c.iscsiHealScope), Threshold: c.iscsiStuckThreshold,
+		RestartCooldown: c.iscsidRestartCooldown, Stamps: store,
 		Kicker: healInit, Prober: &iscsi.NetProber{},
 	})
 	if err != nil {

@@ -22,8 +22,10 @@ import (
 )
 
 // sessionHeal runs the iSCSI session heal in the monitor's tick: one read
-// of the iSCSI sysfs state, the healer's decisions, and the recovery
-// counters for every kick whose outcome is known.
+// of the iSCSI sysfs state, the healer's decisions, every decided verdict
+// in pathmend_repairs_total (as the NVMe heal's: kind SessionDown, scope
+// controller) and the recovery counters for every kick whose outcome is
+// known.
 type sessionHeal struct {
 	healer  *iscsi.SessionHealer
 	sys     sysfs.FS
@@ -37,9 +39,17 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 		return
 	}
 	counts := map[heal.Kind]int{}
+	var outcomes []heal.Outcome
 	for _, r := range s.healer.Tick(ctx, snap, records, recordsErr) {
 		if r.State != iscsi.SessionLoggedIn && r.InScope && r.DownFor > 0 {
-			counts["SessionDown"]++
+			counts[kindSessionDown]++
+		}
+		switch r.Verdict {
+		case heal.Repaired, heal.Observed, heal.Deferred, heal.Refused, heal.Failed:
+			outcomes = append(outcomes, heal.Outcome{
+				Defect:  heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
+				Verdict: r.Verdict, Reason: r.Reason, Err: r.Err,
+			})
 		}
 		switch r.Verdict {
 		case heal.Repaired:
@@ -49,6 +59,7 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 		}
 	}
 	s.metrics.SetDefects(string(volume.TransportISCSI), counts)
+	s.metrics.ObserveOutcomes(string(volume.TransportISCSI), outcomes)
 }
 
 // recoveryMethod names a kick the way the metric documents it.

@@ -8,7 +8,8 @@
 // transport.
 //
 // A Policy is built once per process and shared by attach-time repair, the
-// monitor and the iSCSI heal. For each Defect it decides, in this order:
+// monitor and the iSCSI heal (which takes its mode from it and keeps its
+// login and relogin cooldowns in the same table through Left and Mark). For each Defect it decides, in this order:
 //
 //  1. off mode: nothing is diagnosed or decided;
 //  2. a scope above the configured cap is refused;

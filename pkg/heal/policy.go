@@ -126,6 +126,38 @@ func NewPolicy(cfg Config) (*Policy, error) {
 // Mode returns the policy's mode.
 func (p *Policy) Mode() Mode { return p.cfg.Mode }
 
+// Cooldown returns the policy's cooldown period.
+func (p *Policy) Cooldown() time.Duration { return p.cfg.Cooldown }
+
+// Left returns how long key must still wait in the policy's cooldown, and
+// how long ago it was last repaired; left is zero when it may be repaired
+// now. A transport whose repairs are not Defect teardowns (the iSCSI
+// session heal's logins and relogins) keeps its cooldowns here through
+// Left and Mark, so one --heal-cooldown governs every repair.
+func (p *Policy) Left(key string) (left, ago time.Duration) {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.repaired[key]
+	if !ok {
+		return 0, 0
+	}
+	ago = now.Sub(t)
+	if ago >= p.cfg.Cooldown {
+		return 0, ago
+	}
+	return p.cfg.Cooldown - ago, ago
+}
+
+// Mark starts key's cooldown now (a repair ran, whatever its result).
+func (p *Policy) Mark(key string) {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	p.repaired[key] = now
+	p.prune()
+	p.mu.Unlock()
+}
+
 // Heal decides on every defect, narrowest scope first, and in repair mode
 // runs the allowed teardowns through r. In off mode it returns nil and
 // touches nothing. A defect whose teardown overlaps paths an earlier repair

@@ -343,3 +343,44 @@ func TestPlan_DecidesLikeRepairAndTouchesNothing(t *testing.T) {
 		t.Errorf("after a plan, heal = %+v", o[0])
 	}
 }
+
+// Left and Mark share the table Heal keeps: a key marked by the iSCSI
+// session heal defers an NVMe repair of the same key and the other way
+// round, for the policy's one cooldown.
+func TestPolicy_LeftAndMarkShareTheCooldownTable(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := newPolicy(t, ModeRepair, clk)
+	if left, ago := p.Left("k"); left != 0 || ago != 0 {
+		t.Fatalf("unmarked: left %s ago %s", left, ago)
+	}
+	p.Mark("k")
+	clk.Step(20 * time.Second)
+	if left, ago := p.Left("k"); left != DefaultCooldown-20*time.Second || ago != 20*time.Second {
+		t.Fatalf("20 s after the mark: left %s ago %s", left, ago)
+	}
+	d := notContributing("4420", t0.Add(-time.Hour))
+	d.Key = "k"
+	if out := p.Heal(context.Background(), []Defect{d}, &recorder{}); out[0].Verdict != Deferred || !strings.HasPrefix(out[0].Reason, "cooldown:") {
+		t.Fatalf("a Heal of the marked key: %+v", out[0])
+	}
+	clk.Step(DefaultCooldown)
+	if left, _ := p.Left("k"); left != 0 {
+		t.Fatalf("after the cooldown: left %s", left)
+	}
+	p.Heal(context.Background(), []Defect{d}, &recorder{})
+	if left, _ := p.Left("k"); left != DefaultCooldown {
+		t.Fatalf("after Heal repaired the key: left %s, want the full cooldown", left)
+	}
+	if p.Cooldown() != DefaultCooldown {
+		t.Errorf("Cooldown() = %s", p.Cooldown())
+	}
+}
+
+func TestWindow_MarkAtCountsFromThePast(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	w := NewWindow(10*time.Minute, clk.Now)
+	w.MarkAt("iscsid", t0.Add(-4*time.Minute))
+	if left, ago := w.Left("iscsid"); left != 6*time.Minute || ago != 4*time.Minute {
+		t.Fatalf("left %s ago %s", left, ago)
+	}
+}

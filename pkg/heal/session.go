@@ -126,10 +126,13 @@ func (w *Window) Left(key string) (left, ago time.Duration) {
 }
 
 // Mark records that the action of key ran now.
-func (w *Window) Mark(key string) {
-	now := w.now()
+func (w *Window) Mark(key string) { w.MarkAt(key, w.now()) }
+
+// MarkAt records that the action of key ran at t: a time remembered from
+// before a restart of the process.
+func (w *Window) MarkAt(key string, t time.Time) {
 	w.mu.Lock()
-	w.last[key] = now
+	w.last[key] = t
 	w.mu.Unlock()
 }
 

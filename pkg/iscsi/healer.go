@@ -74,9 +74,25 @@ type Kicker interface {
 	RestartDaemon(ctx context.Context) error
 }
 
+// Stamps remembers node-wide times across restarts of the process;
+// *volume.Store implements it in the state directory.
+type Stamps interface {
+	Stamp(name string) (t time.Time, ok bool, err error)
+	SetStamp(name string, t time.Time) error
+}
+
+// restartStamp is the stamp of the last iscsid restart.
+const restartStamp = "iscsid-restart"
+
 // HealerConfig configures a SessionHealer.
 type HealerConfig struct {
-	// Mode is repair, observe or off (heal.ParseMode of --heal).
+	// Policy is the process's heal policy, shared with the NVMe heal: its
+	// mode is the heal's, and its cooldown (--heal-cooldown) holds every
+	// login and relogin of a node record, in the same table as the NVMe
+	// repairs. When nil, Mode and ReloginCooldown are used instead.
+	Policy *heal.Policy
+	// Mode is repair, observe or off (heal.ParseMode of --heal); with a
+	// Policy it must be empty or the Policy's.
 	Mode heal.Mode
 	// Scope is staged (default) or all.
 	Scope HealScope
@@ -99,6 +115,9 @@ type HealerConfig struct {
 	// Resolver resolves host names in volume portals; net.DefaultResolver
 	// when nil.
 	Resolver Resolver
+	// Stamps, when set, keeps the time of the last iscsid restart, so the
+	// restart budget survives a restart of pathmend.
+	Stamps Stamps
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -153,11 +172,18 @@ type SessionHealer struct {
 	down     *heal.Streaks // session or node key → out of LOGGED_IN
 	inState  *heal.Streaks // session+state → in that state
 	reach    *heal.Streaks // portal → reachable
-	kicked   *heal.Window  // node key → last login or relogin
+	kicked   cooldowns     // node key → last login or relogin
 	restart  *heal.Window  // restartKey → last iscsid restart
 	gate     *heal.LogGate
 	pending  map[string]pending // node key → kick awaiting LOGGED_IN
 	rejected map[string]error   // node key → the target's login rejection
+}
+
+// cooldowns holds the login and relogin cooldowns: the Policy's table, or
+// a Window of its own.
+type cooldowns interface {
+	Left(key string) (left, ago time.Duration)
+	Mark(key string)
 }
 
 // pending is a kick that ran and whose session is not LOGGED_IN yet.
@@ -171,6 +197,15 @@ const restartKey = "iscsid"
 
 // NewSessionHealer validates cfg and returns a healer. Nothing runs.
 func NewSessionHealer(cfg HealerConfig) (*SessionHealer, error) {
+	if cfg.Policy != nil {
+		if cfg.Mode != "" && cfg.Mode != cfg.Policy.Mode() {
+			return nil, fmt.Errorf("session healer: mode %q differs from the policy's %q", cfg.Mode, cfg.Policy.Mode())
+		}
+		if cfg.ReloginCooldown != 0 {
+			return nil, errors.New("session healer: with a policy, its cooldown holds logins and relogins")
+		}
+		cfg.Mode = cfg.Policy.Mode()
+	}
 	if _, err := heal.ParseMode(string(cfg.Mode)); err != nil {
 		return nil, err
 	}
@@ -205,17 +240,31 @@ func NewSessionHealer(cfg HealerConfig) (*SessionHealer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &SessionHealer{
+	h := &SessionHealer{
 		cfg:      cfg,
 		down:     heal.NewStreaks(cfg.Now),
 		inState:  heal.NewStreaks(cfg.Now),
 		reach:    heal.NewStreaks(cfg.Now),
-		kicked:   heal.NewWindow(cfg.ReloginCooldown, cfg.Now),
 		restart:  heal.NewWindow(cfg.RestartCooldown, cfg.Now),
 		gate:     heal.NewLogGate(0, cfg.Now),
 		pending:  map[string]pending{},
 		rejected: map[string]error{},
-	}, nil
+	}
+	if cfg.Policy != nil {
+		h.kicked = cfg.Policy
+	} else {
+		h.kicked = heal.NewWindow(cfg.ReloginCooldown, cfg.Now)
+	}
+	if cfg.Stamps != nil {
+		t, ok, err := cfg.Stamps.Stamp(restartStamp)
+		if err != nil {
+			return nil, fmt.Errorf("session healer: last iscsid restart: %w", err)
+		}
+		if ok {
+			h.restart.MarkAt(restartKey, t)
+		}
+	}
+	return h, nil
 }
 
 // DownFor returns how long this process has seen session id out of
@@ -279,7 +328,9 @@ func (h *SessionHealer) sweep(reports []*Report) {
 	h.down.Sweep()
 	h.inState.Sweep()
 	h.reach.Sweep()
-	h.kicked.Prune()
+	if w, ok := h.kicked.(*heal.Window); ok {
+		w.Prune()
+	}
 	h.restart.Prune()
 	h.gate.Prune()
 }

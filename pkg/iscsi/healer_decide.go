@@ -104,7 +104,7 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 			r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("restart cooldown: iscsid restarted %s ago, %s left; %s", heal.RoundDuration(ago), heal.RoundDuration(left), why)
 			return
 		}
-	} else if left, ago := h.kicked.Left(key); left > 0 {
+	} else if left, ago := h.kicked.Left(r.Node.HealKey()); left > 0 {
 		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("cooldown: kicked %s ago, %s left", heal.RoundDuration(ago), heal.RoundDuration(left))
 		return
 	}
@@ -120,7 +120,7 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 	klog.FromContext(ctx).V(2).Info("Kicking iSCSI session", "session", r.Session.String(), "target", r.Node.Target, "portal", r.Node.Portal.String(), "kick", r.Kick)
 	// The cooldown starts whether the kick works or not: a failing kick
 	// must not be repeated every tick.
-	h.kicked.Mark(r.Node.key())
+	h.kicked.Mark(r.Node.HealKey())
 	var err error
 	if r.Kick == KickRelogin {
 		err = h.cfg.Kicker.Logout(ctx, r.Node, r.Session)
@@ -150,6 +150,11 @@ func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 		return
 	}
 	h.restart.Mark(restartKey)
+	if h.cfg.Stamps != nil {
+		if err := h.cfg.Stamps.SetStamp(restartStamp, h.cfg.Now()); err != nil {
+			klog.FromContext(ctx).Error(err, "Could not record the iscsid restart; a restarted pathmend would not know its restart budget is spent")
+		}
+	}
 	for _, r := range rs {
 		h.settle(r, err)
 	}

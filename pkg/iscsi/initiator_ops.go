@@ -36,6 +36,11 @@ func (n Node) String() string { return n.Target + " " + n.Portal.String() }
 // key identifies the record for locking and cooldowns.
 func (n Node) key() string { return n.Target + "," + n.Portal.String() + "," + n.iface() }
 
+// HealKey names the node record in the heal: the key of its SessionDown
+// defect in `pathmend diagnose` and of its login and relogin cooldown in
+// the shared heal.Policy ("<target> <portal> <iface>").
+func (n Node) HealKey() string { return n.Target + " " + n.Portal.String() + " " + n.iface() }
+
 // args selects the record on an iscsiadm -m node command line.
 func (n Node) args() []string {
 	return []string{"-m", "node", "-T", n.Target, "-p", n.Portal.String(), "-I", n.iface()}

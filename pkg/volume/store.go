@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 const (
@@ -86,9 +87,15 @@ func (s *Store) Put(r Record) error {
 	return nil
 }
 
-func (s *Store) writeAtomic(name string, data []byte) (err error) {
+func (s *Store) writeAtomic(name string, data []byte) error {
+	return writeAtomic(s.records, name, data)
+}
+
+// writeAtomic writes dir/name through a fsynced temporary file, a rename
+// and an fsync of dir.
+func writeAtomic(dir, name string, data []byte) (err error) {
 	// os.CreateTemp opens with O_EXCL and mode 0600.
-	tmp, err := os.CreateTemp(s.records, tmpPrefix+name+"-*")
+	tmp, err := os.CreateTemp(dir, tmpPrefix+name+"-*")
 	if err != nil {
 		return err
 	}
@@ -107,10 +114,64 @@ func (s *Store) writeAtomic(name string, data []byte) (err error) {
 	if err = tmp.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(tmp.Name(), filepath.Join(s.records, name)); err != nil {
+	if err = os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	return syncDir(s.records)
+	return syncDir(dir)
+}
+
+// stampsDir holds node-wide times the heal remembers across restarts.
+const stampsDir = "stamps"
+
+// SetStamp records time t under name (lower-case letters, digits and
+// dashes), atomically like a record: <dir>/stamps/<name> holds it as
+// RFC 3339 text. The iSCSI heal stamps its last iscsid restart there, so
+// a restarted pathmend keeps the once-per-window budget.
+func (s *Store) SetStamp(name string, t time.Time) error {
+	if !validStampName(name) {
+		return fmt.Errorf("stamp name %q: want lower-case letters, digits and dashes", name)
+	}
+	dir := filepath.Join(s.dir, stampsDir)
+	if err := mkdirDurable(dir); err != nil {
+		return fmt.Errorf("stamp %s: %w", name, err)
+	}
+	if err := writeAtomic(dir, name, []byte(t.UTC().Format(time.RFC3339Nano)+"\n")); err != nil {
+		return fmt.Errorf("stamp %s: %w", name, err)
+	}
+	return nil
+}
+
+// Stamp returns the time recorded under name; ok is false when there is
+// none. An unreadable or malformed stamp is an error naming the file.
+func (s *Store) Stamp(name string) (t time.Time, ok bool, err error) {
+	if !validStampName(name) {
+		return time.Time{}, false, fmt.Errorf("stamp name %q: want lower-case letters, digits and dashes", name)
+	}
+	path := filepath.Join(s.dir, stampsDir, name)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("stamp %s: %w", path, err)
+	}
+	t, err = time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("stamp %s: %w", path, err)
+	}
+	return t, true, nil
+}
+
+func validStampName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // Get returns the record of volumeID. A missing record is an error wrapping

@@ -438,3 +438,58 @@ func ids(recs []Record) []string {
 	}
 	return out
 }
+
+func TestStore_StampsRoundTripAndSurviveANewStore(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Stamp("iscsid-restart"); ok || err != nil {
+		t.Fatalf("no stamp yet: ok %v, %v", ok, err)
+	}
+	at := time.Date(2026, 11, 30, 6, 41, 10, 49889000, time.FixedZone("x", 3600))
+	if err := s.SetStamp("iscsid-restart", at); err != nil {
+		t.Fatal(err)
+	}
+	again, err := NewStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := again.Stamp("iscsid-restart")
+	if !ok || err != nil || !got.Equal(at) {
+		t.Fatalf("Stamp = %v, %v, %v; want %v", got, ok, err, at)
+	}
+	if recs, err := again.List(); err != nil || len(recs) != 0 {
+		t.Errorf("a stamp is not a record: List = %v, %v", recs, err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "stamps", "iscsid-restart"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("stamp file: %v, %v", fi, err)
+	}
+}
+
+func TestStore_BadStampsAreErrors(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"", "../volumes/x", "Upper", "a/b", strings.Repeat("a", 65)} {
+		if err := s.SetStamp(name, time.Now()); err == nil {
+			t.Errorf("SetStamp(%q) accepted", name)
+		}
+		if _, _, err := s.Stamp(name); err == nil {
+			t.Errorf("Stamp(%q) accepted", name)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "stamps"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stamps", "iscsid-restart"), []byte("yesterday\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Stamp("iscsid-restart"); ok || err == nil || !strings.Contains(err.Error(), "iscsid-restart") {
+		t.Errorf("malformed stamp: ok %v, %v", ok, err)
+	}
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// reachable is a prober for which every portal answers TCP.
+type reachable struct{}
+
+func (reachable) Probe(context.Context, volume.Endpoint) iscsi.Reachability {
+	return iscsi.Reachability{TCPTime: time.Millisecond, ICMP: iscsi.ICMPNotPermitted}
+}
+
+// noKicks fails on any kick: the heal under test is in observe mode.
+type noKicks struct{ t *testing.T }
+
+func (k noKicks) Login(context.Context, iscsi.Node) error { k.t.Error("login"); return nil }
+func (k noKicks) Logout(context.Context, iscsi.Node, iscsi.SessionID) error {
+	k.t.Error("logout")
+	return nil
+}
+func (k noKicks) RestartDaemon(context.Context) error { k.t.Error("restart"); return nil }
+
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *stepClock) Step(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// The session heal as the monitor runs it, on the real FREE capture with
+// the process's observe-mode policy: the down session is a SessionDown
+// defect in pathmend_defects, and once past the threshold its observed
+// verdict counts in pathmend_repairs_total like an NVMe heal verdict.
+func TestSessionHeal_VerdictsCountLikeTheNVMeHeals(t *testing.T) {
+	clk := &stepClock{now: diagnoseNow}
+	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeObserve, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
+		Policy: policy, Threshold: 45 * time.Second, Kicker: noKicks{t}, Prober: reachable{}, Now: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	s := sessionHeal{healer: healer, sys: sysfs.New(sysRoot(t, "iscsi-session-free")), metrics: m}
+	c, _, err := volume.Parse(map[string]string{"transport": "iscsi", "iqn": "iqn.2024-01.io.pathmend.lab:lost", "portals": labPortals, "lun": "0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []volume.Record{{VolumeID: "pv-lost", Context: c, Device: "/dev/sda"}}
+	ctx := context.Background()
+
+	s.Tick(ctx, recs, nil)
+	clk.Step(time.Second)
+	s.Tick(ctx, recs, nil)
+	const defects = `
+# HELP pathmend_defects Defects found by the last diagnosis, by transport and kind.
+# TYPE pathmend_defects gauge
+pathmend_defects{kind="SessionDown",transport="iscsi"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(defects), "pathmend_defects"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m.Registry(), "pathmend_repairs_total"); n != 0 {
+		t.Errorf("%d repairs_total series before the threshold", n)
+	}
+	clk.Step(45 * time.Second)
+	s.Tick(ctx, recs, nil)
+	const repairs = `
+# HELP pathmend_repairs_total Heal verdicts by transport, defect kind, scope, verdict (repaired, observed, deferred, refused, failed) and reason class.
+# TYPE pathmend_repairs_total counter
+pathmend_repairs_total{kind="SessionDown",reason="observe mode",scope="controller",transport="iscsi",verdict="observed"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(repairs), "pathmend_repairs_total"); err != nil {
+		t.Error(err)
+	}
+}
