@@ -180,7 +180,8 @@ func iscsiContext(c volume.Context) (*volume.ISCSI, error) {
 }
 
 // Attach logs in to every portal of the volume (in parallel), waits for
-// the LUN's disks, verifies that they are one LUN (same WWID and size)
+// the LUN's disks, verifies that they are one LUN (same WWID where one is
+// published, same size, the map's size too)
 // and returns the multipath map over them, or the single disk when
 // multipathd assembles none. At least one portal must log in; portals that
 // fail are logged and left to the session heal. Attach is idempotent. On

@@ -8,7 +8,9 @@
 // to each (node.startup manual, login timeout and retries, the replacement
 // timeout, CHAP), logs in to all portals in parallel, waits for the LUN's
 // disk on each session (scanning exactly that LUN when it lags), checks
-// that all disks are one LUN (same wwid, same size) and returns the
+// that all disks are one LUN (same wwid where the kernel publishes one —
+// by size alone, logged, where it publishes none — and the same size as
+// each other and as the map) and returns the
 // dm-multipath map over them — waiting a bounded time for multipathd,
 // which may map a single path too — or a single disk when multipathd
 // assembles none, after checking that the device node's number matches
