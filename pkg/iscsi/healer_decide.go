@@ -199,8 +199,13 @@ func (h *SessionHealer) logVerdict(r Report) {
 		"tcp", tcp, "icmp", icmp, "reachableFor", heal.RoundDuration(r.ReachableFor),
 		"kick", r.Kick, "reason", r.Reason, "volumes", strings.Join(r.Volumes, ","), "mode", h.cfg.Mode,
 	}
-	if r.Verdict == heal.Repaired {
+	switch r.Verdict {
+	case heal.Repaired:
 		kv = append(kv, "result", "LOGGED_IN", "newSession", r.NewSession.String(), "timeToLoggedIn", heal.RoundDuration(r.TimeToLoggedIn))
+	case heal.Failed:
+		kv = append(kv, "result", "failed")
+	default:
+		kv = append(kv, "result", "not kicked")
 	}
 	if r.Err != nil {
 		klog.ErrorS(r.Err, "iSCSI session verdict", kv...)

@@ -282,7 +282,8 @@ func TestHeal_LogsEachVerdictOnceWithItsFields(t *testing.T) {
 	r.tick(10*time.Second, withState(snap, 2, SessionLoggedIn), pv)
 	klog.Flush()
 	out := logs.String()
-	for what, n := range map[string]int{`verdict="refused"`: 1, `verdict="deferred"`: 1, `verdict="repaired"`: 1, `verdict="kicked"`: 0} {
+	for what, n := range map[string]int{`verdict="refused"`: 1, `verdict="deferred"`: 1, `verdict="repaired"`: 1, `verdict="kicked"`: 0,
+		`result="not kicked"`: 2, `result="LOGGED_IN"`: 1} {
 		if got := strings.Count(out, what); got != n {
 			t.Errorf("%s logged %d times, want %d:\n%s", what, got, n, out)
 		}
