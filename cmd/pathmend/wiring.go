@@ -41,7 +41,9 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 	counts := map[heal.Kind]int{}
 	var outcomes []heal.Outcome
 	for _, r := range s.healer.Tick(ctx, snap, records, recordsErr) {
-		if r.State != iscsi.SessionLoggedIn && r.InScope && r.DownFor > 0 {
+		// Every session seen down counts, in scope or not, as in
+		// `pathmend diagnose`: the heal's scope limits kicks, not reports.
+		if r.State != iscsi.SessionLoggedIn && r.DownFor > 0 {
 			counts[kindSessionDown]++
 		}
 		switch r.Verdict {
