@@ -461,7 +461,7 @@ iscsid_cant_bind() { grep -c 'retcode -107' "$ISCSID_LOG" 2>/dev/null || true; }
 # towards the stuck state, once: the proxy breaks until the session
 # leaves LOGGED_IN and the stuck state's signature shows (a reopen reset
 # after its bind, then three that were never bound: their bind failed) or
-# for 60 s, then passes. Returns 0 when the session is still down 15 s
+# for 2 min, then passes. Returns 0 when the session is still down 15 s
 # later (iscsid relogs in within 2-6 s otherwise), 1 when iscsid got it
 # back by itself: reaching the state is a race.
 iscsi_make_stuck() {
@@ -474,7 +474,7 @@ iscsi_make_stuck() {
 		return 1
 	lab_say "$s $(cat "/sys/class/iscsi_session/$s/state") ($(awk -v a="$t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.1f", b-a}') s after the break)"
 	r0=$(flaky_resets) b0=$(flaky_bound_resets)
-	for ((i = 0; i < 300; i++)); do
+	for ((i = 0; i < 600; i++)); do
 		[ "$(flaky_bound_resets)" -gt "$b0" ] && [ "$(flaky_unbound_run)" -ge 3 ] && break
 		sleep 0.2
 	done
