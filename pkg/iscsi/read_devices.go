@@ -96,7 +96,9 @@ func readLUN(sys sysfs.FS, dir string, addr SCSIAddress) (LUN, error) {
 
 // readWWID returns the device's wwid attribute or, on kernels without it,
 // the identifier derived from the raw vpd_pg83 page; "" when neither
-// exists.
+// exists or the page holds no identifier pathmend can derive (a
+// malformed or designator-less page): one odd LUN must not make the whole
+// node unreadable, and a LUN without a WWID is verified by size alone.
 func readWWID(sys sysfs.FS, dir string) (string, error) {
 	v, ok, err := sys.ReadOptionalAttr(dir + "/wwid")
 	if err != nil || ok {
@@ -108,7 +110,7 @@ func readWWID(sys sysfs.FS, dir string) (string, error) {
 	}
 	id, err := ParseVPD83(page)
 	if err != nil {
-		return "", fmt.Errorf("parse %s/vpd_pg83: %w", dir, err)
+		return "", nil
 	}
 	return id, nil
 }

@@ -205,6 +205,30 @@ func TestRead_OptionalAttributesAndUnboundDisk(t *testing.T) {
 	}
 }
 
+// A vpd_pg83 page pathmend cannot derive an identifier from (truncated,
+// or without a logical-unit designator) reads as no WWID, not as a failed
+// read of the whole node.
+func TestRead_UnusableVPDPageIsNoWWID(t *testing.T) {
+	for name, page := range map[string][]byte{
+		"truncated":     {0x00, 0x83, 0x00, 0x20, 0x01},
+		"no designator": {0x00, 0x83, 0x00, 0x00},
+		"not page 83":   {0x00, 0x80, 0x00, 0x00},
+	} {
+		t.Run(name, func(t *testing.T) {
+			top := iscsitest.Topology{Sessions: []iscsitest.Session{{ID: 3, Host: 5, Target: "iqn.x:y", Address: "10.0.0.1",
+				LUNs: []iscsitest.LUN{{LUN: 0, Disk: "sdq", VPD83: page}}}}}
+			fsys, _ := tree(t, top)
+			snap, err := Read(fsys, t0)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			if l := snap.Sessions[0].LUNs[0]; l.WWID != "" || l.Disk != "sdq" {
+				t.Errorf("LUN = %+v, want disk sdq without a WWID", l)
+			}
+		})
+	}
+}
+
 // Device-mapper devices that are not multipath maps are not read as maps;
 // a node without iSCSI modules reads as empty.
 func TestRead_IgnoresOtherDMDevicesAndMissingClasses(t *testing.T) {
