@@ -88,8 +88,8 @@ type Policy struct {
 	cfg Config
 
 	mu       sync.Mutex
-	repaired map[string]time.Time // cooldown key → last repair attempt
-	logged   map[string]logMark   // cooldown key → last logged verdict
+	cooldown *Window            // cooldown key → last repair attempt
+	logged   map[string]logMark // cooldown key → last logged verdict
 }
 
 type logMark struct {
@@ -120,43 +120,21 @@ func NewPolicy(cfg Config) (*Policy, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Policy{cfg: cfg, repaired: map[string]time.Time{}, logged: map[string]logMark{}}, nil
+	return &Policy{cfg: cfg, cooldown: NewWindow(cfg.Cooldown, cfg.Now), logged: map[string]logMark{}}, nil
 }
 
 // Mode returns the policy's mode.
 func (p *Policy) Mode() Mode { return p.cfg.Mode }
-
-// Cooldown returns the policy's cooldown period.
-func (p *Policy) Cooldown() time.Duration { return p.cfg.Cooldown }
 
 // Left returns how long key must still wait in the policy's cooldown, and
 // how long ago it was last repaired; left is zero when it may be repaired
 // now. A transport whose repairs are not Defect teardowns (the iSCSI
 // session heal's logins and relogins) keeps its cooldowns here through
 // Left and Mark, so one --heal-cooldown governs every repair.
-func (p *Policy) Left(key string) (left, ago time.Duration) {
-	now := p.cfg.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	t, ok := p.repaired[key]
-	if !ok {
-		return 0, 0
-	}
-	ago = now.Sub(t)
-	if ago >= p.cfg.Cooldown {
-		return 0, ago
-	}
-	return p.cfg.Cooldown - ago, ago
-}
+func (p *Policy) Left(key string) (left, ago time.Duration) { return p.cooldown.Left(key) }
 
 // Mark starts key's cooldown now (a repair ran, whatever its result).
-func (p *Policy) Mark(key string) {
-	now := p.cfg.Now()
-	p.mu.Lock()
-	p.repaired[key] = now
-	p.prune()
-	p.mu.Unlock()
-}
+func (p *Policy) Mark(key string) { p.cooldown.Mark(key) }
 
 // Heal decides on every defect, narrowest scope first, and in repair mode
 // runs the allowed teardowns through r. In off mode it returns nil and
@@ -209,13 +187,8 @@ func (p *Policy) decide(d Defect) Outcome {
 	if len(d.CoTenants) > 0 && d.Kind != NoNamespace {
 		return Outcome{Defect: d, Verdict: Refused, Reason: "would leave co-tenants with no accessible path: " + coTenantNames(d.CoTenants)}
 	}
-	p.mu.Lock()
-	last, ok := p.repaired[d.Key]
-	p.mu.Unlock()
-	if ok {
-		if left := p.cfg.Cooldown - now.Sub(last); left > 0 {
-			return Outcome{Defect: d, Verdict: Deferred, Reason: fmt.Sprintf("cooldown: repaired %s ago, %s left", round(now.Sub(last)), round(left))}
-		}
+	if left, ago := p.cooldown.Left(d.Key); left > 0 {
+		return Outcome{Defect: d, Verdict: Deferred, Reason: fmt.Sprintf("cooldown: repaired %s ago, %s left", round(ago), round(left))}
 	}
 	for _, path := range d.Teardown {
 		if path.CreatedAt.IsZero() {
@@ -232,9 +205,7 @@ func (p *Policy) decide(d Defect) Outcome {
 // a failing repair must not be retried every tick either.
 func (p *Policy) run(ctx context.Context, d Defect, r Repairer) Outcome {
 	removed, err := r.Repair(ctx, d)
-	p.mu.Lock()
-	p.repaired[d.Key] = p.cfg.Now()
-	p.mu.Unlock()
+	p.cooldown.Mark(d.Key)
 	if err != nil {
 		return Outcome{Defect: d, Verdict: Failed, Reason: "teardown failed", Removed: removed, Err: err}
 	}
@@ -245,11 +216,7 @@ func (p *Policy) run(ctx context.Context, d Defect, r Repairer) Outcome {
 // stays bounded by the defects of the last cooldown window. p.mu is held.
 func (p *Policy) prune() {
 	now := p.cfg.Now()
-	for k, t := range p.repaired {
-		if now.Sub(t) >= p.cfg.Cooldown {
-			delete(p.repaired, k)
-		}
-	}
+	p.cooldown.Prune()
 	for k, m := range p.logged {
 		if now.Sub(m.at) >= relogInterval {
 			delete(p.logged, k)
