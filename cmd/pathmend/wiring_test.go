@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
@@ -33,24 +33,12 @@ func (k noKicks) Logout(context.Context, iscsi.Node, iscsi.SessionID) error {
 }
 func (k noKicks) RestartDaemon(context.Context) error { k.t.Error("restart"); return nil }
 
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *stepClock) Step(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // The session heal as the monitor runs it, on the real FREE capture with
 // the process's observe-mode policy: the down session is a SessionDown
 // defect in pathmend_defects, and once past the threshold its observed
 // verdict counts in pathmend_repairs_total like an NVMe heal verdict.
 func TestSessionHeal_VerdictsCountLikeTheNVMeHeals(t *testing.T) {
-	clk := &stepClock{now: diagnoseNow}
+	clk := clocktesting.NewFakeClock(diagnoseNow)
 	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeObserve, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

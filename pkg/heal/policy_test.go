@@ -6,26 +6,13 @@ import (
 	"errors"
 	"flag"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
 )
-
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Step(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // recorder is a Repairer that records what it was asked to tear down.
 type recorder struct {
@@ -43,7 +30,7 @@ func (r *recorder) Repair(_ context.Context, d Defect) ([]Path, error) {
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func newPolicy(t *testing.T, mode Mode, clk *fakeClock) *Policy {
+func newPolicy(t *testing.T, mode Mode, clk *clocktesting.FakeClock) *Policy {
 	t.Helper()
 	p, err := NewPolicy(Config{Mode: mode, Now: clk.Now})
 	if err != nil {
@@ -72,7 +59,7 @@ func verdicts(os []Outcome) []Verdict {
 }
 
 func TestHeal_DefersAControllerConnected97msAgoThenRepairsOnceGraceHasPassed(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	r := &recorder{}
 	d := notContributing("4421", t0.Add(-97*time.Millisecond))
@@ -107,7 +94,7 @@ func TestHeal_DefersAControllerConnected97msAgoThenRepairsOnceGraceHasPassed(t *
 func TestHeal_CooldownKeys(t *testing.T) {
 	old := t0.Add(-time.Hour)
 	t.Run("three broken controller paths are three repairs", func(t *testing.T) {
-		clk := &fakeClock{now: t0}
+		clk := clocktesting.NewFakeClock(t0)
 		p := newPolicy(t, ModeRepair, clk)
 		r := &recorder{}
 		out := p.Heal(context.Background(), []Defect{notContributing("4421", old), notContributing("4422", old), notContributing("4423", old)}, r)
@@ -116,7 +103,7 @@ func TestHeal_CooldownKeys(t *testing.T) {
 		}
 	})
 	t.Run("two stale AmbiguousHead instances of one NQN are two repairs", func(t *testing.T) {
-		clk := &fakeClock{now: t0}
+		clk := clocktesting.NewFakeClock(t0)
 		p := newPolicy(t, ModeRepair, clk)
 		r := &recorder{}
 		head := func(inst, ctrl string) Defect {
@@ -129,7 +116,7 @@ func TestHeal_CooldownKeys(t *testing.T) {
 		}
 	})
 	t.Run("the same key inside the cooldown is deferred, after it repaired again", func(t *testing.T) {
-		clk := &fakeClock{now: t0}
+		clk := clocktesting.NewFakeClock(t0)
 		p := newPolicy(t, ModeRepair, clk)
 		r := &recorder{}
 		d := notContributing("4421", old)
@@ -153,7 +140,7 @@ func TestHeal_CooldownKeys(t *testing.T) {
 }
 
 func TestHeal_RefusesToStrandACoTenant(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	r := &recorder{}
 	d := Defect{Kind: NamespaceMissing, Scope: ScopeSubsystem, Key: "nqn.2014-08.io.example:shared",
@@ -169,7 +156,7 @@ func TestHeal_RefusesToStrandACoTenant(t *testing.T) {
 }
 
 func TestHeal_NoNamespaceIsNotGatedOnCoTenants(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	r := &recorder{}
 	d := Defect{Kind: NoNamespace, Scope: ScopeSubsystem, Key: "nqn.2014-08.io.example:empty",
@@ -181,7 +168,7 @@ func TestHeal_NoNamespaceIsNotGatedOnCoTenants(t *testing.T) {
 }
 
 func TestHeal_ObserveTearsNothingDown(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeObserve, clk)
 	r := &recorder{}
 	d := notContributing("4421", t0.Add(-time.Hour))
@@ -204,7 +191,7 @@ func TestHeal_ObserveTearsNothingDown(t *testing.T) {
 }
 
 func TestHeal_OffDecidesNothing(t *testing.T) {
-	p := newPolicy(t, ModeOff, &fakeClock{now: t0})
+	p := newPolicy(t, ModeOff, clocktesting.NewFakeClock(t0))
 	r := &recorder{}
 	if out := p.Heal(context.Background(), []Defect{notContributing("4421", time.Time{})}, r); out != nil || len(r.calls) != 0 {
 		t.Errorf("off mode: %v, %v", out, r.calls)
@@ -212,7 +199,7 @@ func TestHeal_OffDecidesNothing(t *testing.T) {
 }
 
 func TestHeal_ScopeCapAndNarrowestFirst(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p, err := NewPolicy(Config{Mode: ModeRepair, MaxScope: ScopeController, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +218,7 @@ func TestHeal_ScopeCapAndNarrowestFirst(t *testing.T) {
 }
 
 func TestHeal_SkipsADefectAboutPathsAlreadyRemoved(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	r := &recorder{}
 	old := t0.Add(-time.Hour)
@@ -244,7 +231,7 @@ func TestHeal_SkipsADefectAboutPathsAlreadyRemoved(t *testing.T) {
 }
 
 func TestHeal_FailedRepairStartsTheCooldownToo(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	r := &recorder{err: errors.New("write delete_controller: no such device")}
 	d := notContributing("4421", t0.Add(-time.Hour))
@@ -258,7 +245,7 @@ func TestHeal_FailedRepairStartsTheCooldownToo(t *testing.T) {
 }
 
 func TestHeal_CooldownMemoryIsBounded(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	r := &recorder{}
 	for i := range 200 {
@@ -289,7 +276,7 @@ func TestHeal_LogsEachVerdictOnce(t *testing.T) {
 	klog.SetOutput(&buf)
 	t.Cleanup(func() { klog.SetOutput(nil); fs.Set("logtostderr", "true") })
 
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	r := &recorder{}
 	d := notContributing("4421", t0.Add(-100*time.Millisecond))
@@ -327,7 +314,7 @@ func TestNewPolicy_Validates(t *testing.T) {
 }
 
 func TestPlan_DecidesLikeRepairAndTouchesNothing(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	young := notContributing("4421", t0.Add(-time.Second))
 	old := notContributing("4422", t0.Add(-time.Hour))
@@ -351,7 +338,7 @@ func TestPlan_DecidesLikeRepairAndTouchesNothing(t *testing.T) {
 // session heal defers an NVMe repair of the same key and the other way
 // round, for the policy's one cooldown.
 func TestPolicy_LeftAndMarkShareTheCooldownTable(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
 	if left, ago := p.Left("k"); left != 0 || ago != 0 {
 		t.Fatalf("unmarked: left %s ago %s", left, ago)
@@ -377,7 +364,7 @@ func TestPolicy_LeftAndMarkShareTheCooldownTable(t *testing.T) {
 }
 
 func TestWindow_MarkAtCountsFromThePast(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	w := NewWindow(10*time.Minute, clk.Now)
 	w.MarkAt("iscsid", t0.Add(-4*time.Minute))
 	if left, ago := w.Left("iscsid"); left != 6*time.Minute || ago != 4*time.Minute {

@@ -4,13 +4,15 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/pathmend/pathmend/pkg/heal"
 )
 
 // The transport-neutral pieces the session heal is built on (package heal,
 // session.go), tested through their exported API.
 func TestHealStreaks(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	s := heal.NewStreaks(clk.Now)
 	if d := s.Observe("a", true); d != 0 {
 		t.Errorf("first sighting %v", d)
@@ -42,7 +44,7 @@ func TestHealStreaks(t *testing.T) {
 }
 
 func TestHealWindow(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	w := heal.NewWindow(10*time.Minute, clk.Now)
 	if left, _ := w.Left("n"); left != 0 {
 		t.Errorf("unmarked: %v", left)
@@ -60,7 +62,7 @@ func TestHealWindow(t *testing.T) {
 }
 
 func TestHealLogGate(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := clocktesting.NewFakeClock(t0)
 	g := heal.NewLogGate(0, clk.Now)
 	if !g.Should("k", "refused:portal unreachable") || g.Should("k", "refused:portal unreachable") {
 		t.Error("an unchanged verdict must be logged once")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
@@ -232,7 +233,7 @@ func TestHeal_LadderThroughTheInitiatorOnFakeExec(t *testing.T) {
 				return iscsitest.Result{Code: code, Out: out}
 			}}
 			in := newInitiator(t, ex, func(c *InitiatorConfig) { c.RestartCommand = []string{"systemctl", "restart", "iscsid"} })
-			clk := &fakeClock{now: t0}
+			clk := clocktesting.NewFakeClock(t0)
 			prober := &fakeProber{}
 			for _, p := range tc.unreachable {
 				prober.set(p, false)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -73,14 +75,14 @@ func (p *fakeProber) Probe(_ context.Context, ep volume.Endpoint) Reachability {
 // rig is a healer on a fake clock with fake mechanism and prober.
 type rig struct {
 	h      *SessionHealer
-	clk    *fakeClock
+	clk    *clocktesting.FakeClock
 	kicker *fakeKicker
 	prober *fakeProber
 }
 
 func newRig(t *testing.T, mod func(*HealerConfig)) *rig {
 	t.Helper()
-	r := &rig{clk: &fakeClock{now: t0}, kicker: &fakeKicker{}, prober: &fakeProber{}}
+	r := &rig{clk: clocktesting.NewFakeClock(t0), kicker: &fakeKicker{}, prober: &fakeProber{}}
 	cfg := HealerConfig{Mode: heal.ModeRepair, Kicker: r.kicker, Prober: r.prober, Now: r.clk.Now}
 	if mod != nil {
 		mod(&cfg)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/pathmend/pathmend/pkg/heal"
 )
 
@@ -31,10 +33,10 @@ func (s *memStamps) SetStamp(name string, t time.Time) error {
 // policy's cooldown period.
 func TestHeal_PolicyGivesTheModeAndHoldsTheCooldown(t *testing.T) {
 	snap := readCapture(t, "iscsi-session-free")
-	var clk *fakeClock
+	var clk *clocktesting.FakeClock
 	var policy *heal.Policy
 	r := newRig(t, func(c *HealerConfig) {
-		clk = &fakeClock{now: t0}
+		clk = clocktesting.NewFakeClock(t0)
 		p, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Cooldown: 5 * time.Minute, Now: clk.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -102,7 +104,7 @@ func TestHeal_RestartBudgetSurvivesARestartOfPathmend(t *testing.T) {
 	}
 
 	second := newRig(t, func(c *HealerConfig) { c.Stamps = stamps })
-	second.clk.now = at.Add(3 * time.Minute)
+	second.clk.SetTime(at.Add(3 * time.Minute))
 	second.tick(0, snap, pv)
 	rp := report(t, second.tick(45*time.Second, snap, pv), 2)
 	if rp.Verdict != heal.Deferred || !strings.HasPrefix(rp.Reason, "restart cooldown: iscsid restarted 3m45s ago, 6m15s left") {
