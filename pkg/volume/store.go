@@ -128,8 +128,8 @@ const stampsDir = "stamps"
 // RFC 3339 text. The iSCSI heal stamps its last iscsid restart there, so
 // a restarted pathmend keeps the once-per-window budget.
 func (s *Store) SetStamp(name string, t time.Time) error {
-	if !validStampName(name) {
-		return fmt.Errorf("stamp name %q: want lower-case letters, digits and dashes", name)
+	if err := checkStampName(name); err != nil {
+		return err
 	}
 	dir := filepath.Join(s.dir, stampsDir)
 	if err := mkdirDurable(dir); err != nil {
@@ -144,8 +144,8 @@ func (s *Store) SetStamp(name string, t time.Time) error {
 // Stamp returns the time recorded under name; ok is false when there is
 // none. An unreadable or malformed stamp is an error naming the file.
 func (s *Store) Stamp(name string) (t time.Time, ok bool, err error) {
-	if !validStampName(name) {
-		return time.Time{}, false, fmt.Errorf("stamp name %q: want lower-case letters, digits and dashes", name)
+	if err := checkStampName(name); err != nil {
+		return time.Time{}, false, err
 	}
 	path := filepath.Join(s.dir, stampsDir, name)
 	b, err := os.ReadFile(path)
@@ -162,16 +162,15 @@ func (s *Store) Stamp(name string) (t time.Time, ok bool, err error) {
 	return t, true, nil
 }
 
-func validStampName(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
+func checkStampName(name string) error {
+	ok := name != "" && len(name) <= 64
 	for _, r := range name {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
-			return false
-		}
+		ok = ok && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-')
 	}
-	return true
+	if !ok {
+		return fmt.Errorf("stamp name %q: want lower-case letters, digits and dashes", name)
+	}
+	return nil
 }
 
 // Get returns the record of volumeID. A missing record is an error wrapping
