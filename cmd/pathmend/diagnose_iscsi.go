@@ -150,13 +150,7 @@ func diagnoseISCSI(snap *iscsi.Snapshot, records []volume.Record, cfg iscsiPlanC
 
 // nodeKey is a session's node record, "<iqn> <portal> <iface>": the
 // cooldown key of the session heal, which survives a relogin.
-func nodeKey(s iscsi.Session) string {
-	iface := s.IfaceName
-	if iface == "" {
-		iface = iscsi.DefaultIface
-	}
-	return s.TargetName + " " + s.PortalString() + " " + iface
-}
+func nodeKey(s iscsi.Session) string { return s.Node().HealKey() }
 
 func newSessionRep(snap *iscsi.Snapshot, s iscsi.Session, recs []volume.Record) iscsiSessionRep {
 	r := iscsiSessionRep{

@@ -46,13 +46,14 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 		if r.State != iscsi.SessionLoggedIn && r.DownFor > 0 {
 			counts[kindSessionDown]++
 		}
-		switch r.Verdict {
-		case heal.Repaired, heal.Observed, heal.Deferred, heal.Refused, heal.Failed:
-			outcomes = append(outcomes, heal.Outcome{
-				Defect:  heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
-				Verdict: r.Verdict, Reason: r.Reason, Err: r.Err,
-			})
+		// Nothing decided yet, or a kick awaiting its outcome: no verdict.
+		if r.Verdict == "" || r.Verdict == heal.Kicked {
+			continue
 		}
+		outcomes = append(outcomes, heal.Outcome{
+			Defect:  heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
+			Verdict: r.Verdict, Reason: r.Reason, Err: r.Err,
+		})
 		switch r.Verdict {
 		case heal.Repaired:
 			s.metrics.ObserveSessionRecovery(recoveryMethod(r.Kick), "logged_in")

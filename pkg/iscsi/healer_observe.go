@@ -17,10 +17,7 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 	// Kernel sessions are keyed by SID: a relogin makes a new SID and a
 	// new clock, which is right (the new session is new).
 	for _, s := range snap.Sessions {
-		r := &Report{Session: s.ID, State: s.State, Node: Node{Target: s.TargetName, Iface: s.IfaceName}}
-		if addr, port, ok := s.Portal(); ok {
-			r.Node.Portal = volume.Endpoint{Host: addr, Port: uint16(port)}
-		}
+		r := &Report{Session: s.ID, State: s.State, Node: s.Node()}
 		r.Volumes = volumesOf(recs, s.TargetName)
 		r.InScope = len(r.Volumes) > 0 || h.cfg.Scope == HealAll
 		key := sessionKey(s.ID)

@@ -4,6 +4,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // Snapshot is every iSCSI session, connection and host, every LUN below a
@@ -127,6 +129,15 @@ func (s Session) Portal() (addr string, port int, ok bool) {
 	}
 	c := s.Connections[0]
 	return c.PersistentAddress, c.PersistentPort, true
+}
+
+// Node is the session's node record: its target, portal and iface.
+func (s Session) Node() Node {
+	n := Node{Target: s.TargetName, Iface: s.IfaceName}
+	if addr, port, ok := s.Portal(); ok {
+		n.Portal = volume.Endpoint{Host: addr, Port: uint16(port)}
+	}
+	return n
 }
 
 // PortalString renders the portal as host:port (IPv6 in brackets), or
