@@ -189,15 +189,12 @@ func (v *servedISCSIVolume) noKick(t *testing.T) []string {
 	return verdicts
 }
 
-// A portal dropped until its session is FAILED and passed again before
-// the stuck threshold: iscsid relogs in by itself, pathmend only watches.
-func TestISCSI_NoKickWhenIscsidRecoversByItself(t *testing.T) {
-	l := needLab(t)
-	const iqn = "iqn.2024-01.io.pathmend.lab:e2e-noaction-recover"
-	v := stageServedISCSI(t, l, iqn, "e2e-noaction-recover", "20s")
-	before := v.session(t, noActionPortalB)
+// dropPortalB drops every packet to 127.0.0.2:3260 (cleared in
+// t.Cleanup) and waits until the session through it leaves LOGGED_IN;
+// it returns when that was seen.
+func (v *servedISCSIVolume) dropPortalB(t *testing.T, l lab) time.Time {
+	t.Helper()
 	t.Cleanup(func() { _, _ = l.trySh(t, 30*time.Second, "fault_clear") })
-
 	dropped := time.Now()
 	l.sh(t, "fault_drop_port 3260 127.0.0.2")
 	var down iscsi.Session
@@ -207,6 +204,18 @@ func TestISCSI_NoKickWhenIscsidRecoversByItself(t *testing.T) {
 	})
 	failedAt := time.Now()
 	t.Logf("%s %s %s after the drop", down.ID, down.State, failedAt.Sub(dropped).Round(100*time.Millisecond))
+	return failedAt
+}
+
+// A portal dropped until its session is FAILED and passed again before
+// the stuck threshold: iscsid relogs in by itself, pathmend only watches.
+func TestISCSI_NoKickWhenIscsidRecoversByItself(t *testing.T) {
+	l := needLab(t)
+	const iqn = "iqn.2024-01.io.pathmend.lab:e2e-noaction-recover"
+	v := stageServedISCSI(t, l, iqn, "e2e-noaction-recover", "20s")
+	before := v.session(t, noActionPortalB)
+
+	failedAt := v.dropPortalB(t, l)
 	l.sh(t, "fault_restore_port 3260 127.0.0.2")
 	restored := time.Now()
 	var up iscsi.Session
@@ -238,17 +247,8 @@ func TestISCSI_UnreachablePortalIsRefusedNotKicked(t *testing.T) {
 	const iqn = "iqn.2024-01.io.pathmend.lab:e2e-noaction-unreach"
 	v := stageServedISCSI(t, l, iqn, "e2e-noaction-unreach", "5s")
 	before := v.session(t, noActionPortalB)
-	t.Cleanup(func() { _, _ = l.trySh(t, 30*time.Second, "fault_clear") })
 
-	dropped := time.Now()
-	l.sh(t, "fault_drop_port 3260 127.0.0.2")
-	var down iscsi.Session
-	eventually(t, 90*time.Second, "the session through 127.0.0.2 to leave LOGGED_IN", func() bool {
-		down = v.session(t, noActionPortalB)
-		return !down.State.LoggedIn()
-	})
-	failedAt := time.Now()
-	t.Logf("%s %s %s after the drop", down.ID, down.State, failedAt.Sub(dropped).Round(100*time.Millisecond))
+	failedAt := v.dropPortalB(t, l)
 
 	var refusal string
 	eventually(t, 30*time.Second, "a refused verdict for 127.0.0.2 with an unreachable portal", func() bool {
