@@ -60,7 +60,7 @@ func stateDir(t *testing.T, fixture string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := volume.Record{VolumeID: v.VolumeID, Context: c, AccessType: volume.AccessBlock, StagingPath: "/staging/" + v.VolumeID, Device: "/dev/nvme0n1", StagedAt: diagnoseNow}
+		r := volume.Record{VolumeID: v.VolumeID, State: volume.StateStaged, Context: c, AccessType: volume.AccessBlock, StagingPath: "/staging/" + v.VolumeID, Device: "/dev/nvme0n1", StagedAt: diagnoseNow}
 		if err := store.Put(r); err != nil {
 			t.Fatal(err)
 		}

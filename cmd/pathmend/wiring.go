@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
@@ -30,10 +31,11 @@ type sessionHeal struct {
 	healer  *iscsi.SessionHealer
 	sys     sysfs.FS
 	metrics *metrics.Metrics
+	clock   clock.PassiveClock
 }
 
 func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
-	snap, err := iscsi.Read(s.sys, time.Now())
+	snap, err := iscsi.Read(s.sys, s.clock.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
 		return

@@ -29,7 +29,7 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 	// clock is keyed by node record, since it has no SID. Two volumes on
 	// one portal make one report.
 	seen := map[string]bool{}
-	for _, rec := range recs {
+	for _, rec := range stagedOnly(recs) {
 		v := rec.Context.ISCSI
 		for _, ep := range v.Portals {
 			if hasSessionTo(m, snap, v.IQN, ep) {

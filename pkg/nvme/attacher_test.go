@@ -48,7 +48,6 @@ func newRig(t *testing.T) *rig {
 	r.att, err = nvme.NewAttacher(nvme.AttacherConfig{
 		SysFS: k.FS(), DevRoot: "/dev", Connector: k, Policy: policy,
 		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
-		Records:    func() ([]volume.Record, error) { return r.records, nil },
 		AttachWait: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
 	})
 	if err != nil {
@@ -66,9 +65,27 @@ func nvmeVolume(nsid uint32) volume.Context {
 	}}
 }
 
+// attach attaches volume id with the rig's records as co-tenants.
 func (r *rig) attach(t *testing.T, id string, nsid uint32) (volume.Device, error) {
 	t.Helper()
-	return r.att.Attach(context.Background(), volume.AttachRequest{VolumeID: id, Context: nvmeVolume(nsid)})
+	a, err := r.attachment(t, id, nsid)
+	return a.Device, err
+}
+
+func (r *rig) attachment(t *testing.T, id string, nsid uint32) (volume.Attachment, error) {
+	t.Helper()
+	return r.att.Attach(context.Background(), volume.AttachRequest{VolumeID: id, Context: nvmeVolume(nsid), CoTenants: r.co(id)})
+}
+
+// co returns the rig's records but volumeID's.
+func (r *rig) co(volumeID string) volume.CoTenants {
+	var co volume.CoTenants
+	for _, x := range r.records {
+		if x.VolumeID != volumeID {
+			co.Records = append(co.Records, x)
+		}
+	}
+	return co
 }
 
 // preconnect makes the kernel already hold controllers to both ports, an
@@ -202,14 +219,14 @@ func TestDetach_LeavesControllersAStagedCoTenantStillUses(t *testing.T) {
 	v2 := volume.Record{VolumeID: "vol-2", Context: nvmeVolume(2)}
 	r.records = []volume.Record{v1, v2}
 	before := len(r.k.Calls())
-	if err := r.att.Detach(context.Background(), v1); err != nil {
+	if err := r.att.Detach(context.Background(), v1, r.co("vol-1")); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.k.Calls()) != before {
 		t.Fatalf("detach with a staged co-tenant tore down: %v", r.k.Calls()[before:])
 	}
 	r.records = []volume.Record{v2}
-	if err := r.att.Detach(context.Background(), v2); err != nil {
+	if err := r.att.Detach(context.Background(), v2, r.co("vol-2")); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"delete nvme1", "delete nvme0"}, r.k.Calls()[before:]); diff != "" {
@@ -233,25 +250,36 @@ func TestConditionOf(t *testing.T) {
 }
 
 // TestAttach_FailureRollsBackItsConnects: the subsystem exports nothing;
-// the attach fails as Unavailable and disconnects what it connected.
+// the attach fails as Unavailable naming the controllers it connected,
+// and Undo disconnects exactly those.
 func TestAttach_FailureRollsBackItsConnects(t *testing.T) {
 	r := newRig(t)
 	r.k.SetNamespaceEnabled(testNQN, 1, false)
 	r.k.SetNamespaceEnabled(testNQN, 2, false)
-	_, err := r.attach(t, "vol-1", 1)
+	a, err := r.attachment(t, "vol-1", 1)
 	if !errors.Is(err, volume.ErrUnavailable) || !errors.Is(err, nvme.ErrNamespaceNotFound) {
 		t.Fatalf("err = %v, want ErrUnavailable wrapping ErrNamespaceNotFound", err)
+	}
+	if a.Created == nil || a.Created.String() != "controllers nvme0,nvme1" {
+		t.Fatalf("created = %v, want controllers nvme0,nvme1", a.Created)
+	}
+	if err := r.att.Undo(context.Background(), a, r.co("vol-1")); err != nil {
+		t.Fatal(err)
 	}
 	want := []string{"connect 127.0.0.1:4420", "connect 127.0.0.2:4420", "delete nvme0", "delete nvme1"}
 	if diff := cmp.Diff(want, r.k.Calls()); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
-	// With another staged volume in the subsystem, its paths stay.
+	// With another volume in the subsystem, its paths stay.
 	r2 := newRig(t)
 	r2.records = []volume.Record{{VolumeID: "vol-2", Context: nvmeVolume(2)}}
 	r2.k.SetNamespaceEnabled(testNQN, 1, false)
-	if _, err := r2.attach(t, "vol-1", 1); err == nil {
+	a, err = r2.attachment(t, "vol-1", 1)
+	if err == nil {
 		t.Fatal("attach of a missing namespace succeeded")
+	}
+	if err := r2.att.Undo(context.Background(), a, r2.co("vol-1")); err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range r2.k.Calls() {
 		if strings.HasPrefix(c, "delete") {
