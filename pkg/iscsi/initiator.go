@@ -37,6 +37,11 @@ type InitiatorConfig struct {
 	Exec exec.Interface
 	// Sys is the sysfs root; rescans are written below it. Required.
 	Sys sysfs.FS
+	// Writer writes the rescans; Sys when nil. A fake kernel injects
+	// itself to act on them.
+	Writer interface {
+		WriteAttr(rel, value string) error
+	}
 	// CommandPrefix is prepended to every host command, to run it in the
 	// host's mount namespace from a container, e.g.
 	// {"nsenter", "--mount=/proc/1/ns/mnt", "--"} or {"chroot", "/host"}.
@@ -93,6 +98,9 @@ func NewInitiator(cfg InitiatorConfig) (*Initiator, error) {
 		if p == "" {
 			return nil, errors.New("initiator: empty word in the command prefix")
 		}
+	}
+	if cfg.Writer == nil {
+		cfg.Writer = cfg.Sys
 	}
 	setDefault(&cfg.ISCSIAdm, "iscsiadm")
 	setDefault(&cfg.Multipath, "multipath")

@@ -190,7 +190,7 @@ func (in *Initiator) Logout(ctx context.Context, n Node, sid SessionID) error {
 // "channel target lun" to class/scsi_host/host<H>/scan. No process runs.
 func (in *Initiator) Rescan(addr SCSIAddress) error {
 	rel := "class/scsi_host/" + addr.Host.String() + "/scan"
-	if err := in.cfg.Sys.WriteAttr(rel, addr.ScanArgs()); err != nil {
+	if err := in.cfg.Writer.WriteAttr(rel, addr.ScanArgs()); err != nil {
 		return fmt.Errorf("scan %s: %w", addr, err)
 	}
 	return nil

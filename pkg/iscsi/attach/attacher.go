@@ -95,6 +95,10 @@ type AttacherConfig struct {
 	Clocks SessionClocks
 	// Clock times the waits for disks and maps; the real clock when nil.
 	Clock clock.Clock
+	// VerifyNode checks that the device node at path is the block device
+	// whose sysfs dev attribute is devt ("8:0"); a stat of the node when
+	// nil. A fake host whose /dev holds plain files injects its own.
+	VerifyNode func(path, devt string) error
 }
 
 // Attacher attaches iSCSI volumes: it logs in to every portal of the
@@ -159,7 +163,10 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 	if cfg.Writer == nil {
 		cfg.Writer = cfg.Sys
 	}
-	return &Attacher{cfg: cfg, checkNode: checkBlockNode}, nil
+	if cfg.VerifyNode == nil {
+		cfg.VerifyNode = checkBlockNode
+	}
+	return &Attacher{cfg: cfg, checkNode: cfg.VerifyNode}, nil
 }
 
 func setDuration(d *time.Duration, v time.Duration) {

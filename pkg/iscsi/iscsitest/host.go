@@ -280,28 +280,17 @@ func (h *Host) deleteDisk(disk string) error {
 		if i < 0 {
 			continue
 		}
-		if err := RemoveSession(h.Sys, s); err != nil {
-			return err
+		lun := s.LUNs[i].LUN
+		bdir := fmt.Sprintf("%s/target%d:0:0/%d:0:0:%d/block/%s", sessionDir(s), s.Host, s.Host, lun, disk)
+		for _, p := range []string{"block/" + disk, bdir} {
+			if err := os.RemoveAll(filepath.Join(h.Sys, p)); err != nil {
+				return err
+			}
 		}
 		s.LUNs = slices.Clone(s.LUNs)
 		s.LUNs[i].Disk = ""
-		if err := AddSession(h.Sys, s); err != nil {
-			return err
-		}
 		h.sessions[k] = s
 		h.dropSlave(disk)
-		// Rewriting the session lost the holder links of its other disks.
-		for _, m := range h.maps {
-			for _, l := range s.LUNs {
-				if l.Disk != "" && slices.Contains(m.Slaves, l.Disk) {
-					holders := filepath.Join(h.Sys, "block", l.Disk, "holders")
-					if err := os.MkdirAll(holders, 0o755); err != nil {
-						return err
-					}
-					_ = os.Symlink("../../../../../../../../virtual/block/"+m.Device, filepath.Join(holders, m.Device))
-				}
-			}
-		}
 		_ = os.Remove(filepath.Join(h.Dev, disk))
 		return nil
 	}
