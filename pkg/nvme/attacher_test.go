@@ -287,3 +287,43 @@ func TestAttach_FailureRollsBackItsConnects(t *testing.T) {
 		}
 	}
 }
+
+// TestUndo_TakesOnlyItsOwnControllers: Undo keeps everything while a
+// record that may be the subsystem's cannot be read, and never deletes a
+// controller whose name the kernel has since given to another subsystem.
+func TestUndo_TakesOnlyItsOwnControllers(t *testing.T) {
+	r := newRig(t)
+	r.k.SetNamespaceEnabled(testNQN, 1, false)
+	r.k.SetNamespaceEnabled(testNQN, 2, false)
+	a, err := r.attachment(t, "vol-1", 1)
+	if err == nil {
+		t.Fatal("attach of a missing namespace succeeded")
+	}
+	blocked := volume.CoTenants{Unreadable: []*volume.RecordError{{Path: "/state/volumes/vol-x.json", Err: errors.New("written by a newer pathmend (version 3)")}}}
+	before := len(r.k.Calls())
+	if err := r.att.Undo(context.Background(), a, blocked); !errors.Is(err, volume.ErrTeardownBlocked) {
+		t.Fatalf("Undo with an unreadable record: %v, want blocked", err)
+	}
+	if calls := r.k.Calls()[before:]; len(calls) != 0 {
+		t.Fatalf("Undo tore down %v while blocked", calls)
+	}
+
+	// nvme0 goes away on its own and its name is given to a controller of
+	// another subsystem; Undo removes only nvme1.
+	if err := r.k.Disconnect("nvme0"); err != nil {
+		t.Fatal(err)
+	}
+	const other = "nqn.2014-08.io.pathmend.test:other"
+	r.k.AddTarget(nvmetest.Target{NQN: other, Namespaces: []nvmetest.Namespace{{Head: 1, NSID: 1}}, Ports: map[string]string{"127.0.0.9:4420": "optimized"}})
+	r.k.Reuse(0)
+	if _, err := r.k.Connect(context.Background(), fabrics.Options{Transport: "tcp", Traddr: "127.0.0.9", Trsvcid: "4420", NQN: other}); err != nil {
+		t.Fatal(err)
+	}
+	before = len(r.k.Calls())
+	if err := r.att.Undo(context.Background(), a, volume.CoTenants{}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"delete nvme1"}, r.k.Calls()[before:]); diff != "" {
+		t.Errorf("Undo (-want +got):\n%s", diff)
+	}
+}

@@ -186,6 +186,15 @@ func (k *Kernel) Disconnect(ctrl string) error {
 	return nil
 }
 
+// Reuse makes the next connect take controller instance n, as the kernel
+// reuses the lowest free instance number once a controller is gone. The
+// caller makes sure n is free; later connects count on from n+1.
+func (k *Kernel) Reuse(n int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.next = n
+}
+
 // Rescan records a rescan; the tree already shows every enabled namespace.
 func (k *Kernel) Rescan(ctrl string) error {
 	k.mu.Lock()
