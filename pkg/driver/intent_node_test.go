@@ -2,8 +2,6 @@ package driver_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -110,14 +108,7 @@ func newNode(t *testing.T) *node {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	k := nvmetest.NewKernel(t.TempDir(), clk)
-	k.AddTarget(nvmetest.Target{
-		NQN: sharedNQN,
-		Namespaces: []nvmetest.Namespace{
-			{Head: 1, NSID: 1, UUID: "6a0e2d4c-0000-4000-8000-000000000001"},
-			{Head: 2, NSID: 2, UUID: "6a0e2d4c-0000-4000-8000-000000000002"},
-		},
-		Ports: map[string]string{"127.0.0.1:4420": "optimized", "127.0.0.2:4420": "non-optimized"},
-	})
+	k.AddTarget(nvmetest.SharedTarget(sharedNQN))
 	host, err := iscsitest.NewHost(t.TempDir(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -249,10 +240,4 @@ func nvmeVolumeContext(nsid uint32) map[string]string {
 // iscsiVolumeContext is LUN lun of the test target over both portals.
 func iscsiVolumeContext(lun int) map[string]string {
 	return map[string]string{"transport": "iscsi", "iqn": testIQN, "portals": "127.0.0.1,127.0.0.2", "lun": fmt.Sprint(lun)}
-}
-
-// recordFile is where the store keeps volumeID's record.
-func recordFile(stateDir, volumeID string) string {
-	sum := sha256.Sum256([]byte(volumeID))
-	return filepath.Join(stateDir, "volumes", "vol-"+hex.EncodeToString(sum[:16])+".json")
 }

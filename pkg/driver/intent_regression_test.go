@@ -131,7 +131,7 @@ func TestIntent_UnreadableCoTenantRecordFailsClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	file := recordFile(n.stateDir, "pv-2")
+	file := n.store.RecordPath("pv-2")
 	newer := fmt.Sprintf(`{"version": %d, "volumeID": "pv-2", "context": {"transport": "nvme-tcp", "nvme": {"nqn": %q}}, "state": "staged"}`, volume.RecordVersion+1, sharedNQN)
 	if err := os.WriteFile(file, []byte(newer), 0o600); err != nil {
 		t.Fatal(err)

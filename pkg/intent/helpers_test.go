@@ -1,21 +1,12 @@
 package intent
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/pathmend/pathmend/pkg/volume"
 )
-
-// recordPath is where the store keeps volumeID's record.
-func recordPath(s *volume.Store, volumeID string) string {
-	sum := sha256.Sum256([]byte(volumeID))
-	return filepath.Join(s.Dir(), "volumes", "vol-"+hex.EncodeToString(sum[:16])+".json")
-}
 
 // writeFuture writes a record of volumeID on target t as a newer
 // pathmend would: a version this one does not read.
@@ -23,7 +14,7 @@ func writeFuture(t *testing.T, s *volume.Store, volumeID string, tgt volume.Targ
 	t.Helper()
 	data := fmt.Sprintf(`{"version": %d, "volumeID": %q, "state": "staged", "context": {"transport": %q, "nvme": {"nqn": %q}}}`,
 		volume.RecordVersion+1, volumeID, tgt.Transport, tgt.Name)
-	if err := os.WriteFile(recordPath(s, volumeID), []byte(data), 0o600); err != nil {
+	if err := os.WriteFile(s.RecordPath(volumeID), []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -31,7 +22,7 @@ func writeFuture(t *testing.T, s *volume.Store, volumeID string, tgt volume.Targ
 // writeGarbage writes a record file of volumeID that is not JSON.
 func writeGarbage(t *testing.T, s *volume.Store, volumeID string) {
 	t.Helper()
-	if err := os.WriteFile(recordPath(s, volumeID), []byte("\x00\x00garbage"), 0o600); err != nil {
+	if err := os.WriteFile(s.RecordPath(volumeID), []byte("\x00\x00garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

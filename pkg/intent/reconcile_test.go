@@ -195,7 +195,7 @@ func TestReconcile_FinishesADetachAndRefusesOnAnUnreadableRecord(t *testing.T) {
 	if len(g.det.calls) != 0 {
 		t.Fatalf("tore down with an unreadable record: %v", g.det.calls)
 	}
-	if err := os.Remove(recordPath(g.s, "pv-9")); err != nil {
+	if err := os.Remove(g.s.RecordPath("pv-9")); err != nil {
 		t.Fatal(err)
 	}
 	v = g.reconcile(t, nqnA)

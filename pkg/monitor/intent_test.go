@@ -2,12 +2,9 @@ package monitor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +21,7 @@ import (
 // writeNewer writes a record of volumeID on nqn as a newer pathmend would.
 func (r *rig) writeNewer(t *testing.T, volumeID, nqn string) string {
 	t.Helper()
-	sum := sha256.Sum256([]byte(volumeID))
-	path := filepath.Join(r.store.Dir(), "volumes", "vol-"+hex.EncodeToString(sum[:16])+".json")
+	path := r.store.RecordPath(volumeID)
 	data := fmt.Sprintf(`{"version": %d, "volumeID": %q, "context": {"transport": "nvme-tcp", "nvme": {"nqn": %q}}}`, volume.RecordVersion+1, volumeID, nqn)
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)

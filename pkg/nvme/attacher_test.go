@@ -32,14 +32,7 @@ func newRig(t *testing.T) *rig {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	k := nvmetest.NewKernel(t.TempDir(), clk)
-	k.AddTarget(nvmetest.Target{
-		NQN: testNQN,
-		Namespaces: []nvmetest.Namespace{
-			{Head: 1, NSID: 1, UUID: "6a0e2d4c-0000-4000-8000-000000000001"},
-			{Head: 2, NSID: 2, UUID: "6a0e2d4c-0000-4000-8000-000000000002"},
-		},
-		Ports: map[string]string{"127.0.0.1:4420": "optimized", "127.0.0.2:4420": "non-optimized"},
-	})
+	k.AddTarget(nvmetest.SharedTarget(testNQN))
 	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

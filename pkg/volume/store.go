@@ -179,6 +179,12 @@ func checkStampName(name string) error {
 	return nil
 }
 
+// RecordPath is the file that holds (or would hold) the record of
+// volumeID, for messages and for an operator.
+func (s *Store) RecordPath(volumeID string) string {
+	return filepath.Join(s.records, recordName(volumeID))
+}
+
 // Get returns the record of volumeID. A missing record is an error wrapping
 // ErrNotFound; an unreadable, corrupt, foreign or newer record is a
 // *RecordError naming the file (wrapping ErrUnreadableRecord), never
