@@ -42,13 +42,16 @@ type Observer interface {
 
 // Defaults of Config.
 const (
-	// DefaultMaxJobs bounds the per-target jobs running at once.
+	// DefaultMaxJobs bounds the per-target jobs of one holder (the
+	// monitor, the iSCSI session heal) running at once.
 	DefaultMaxJobs = 8
 )
 
 // Config tunes an Owner.
 type Config struct {
-	// MaxJobs bounds the jobs Go runs at once; DefaultMaxJobs when zero.
+	// MaxJobs bounds the jobs of one holder Go runs at once, so that the
+	// slow jobs of one actor (iSCSI logins waiting out a target) never use
+	// up another's (the monitor's reconnects); DefaultMaxJobs when zero.
 	MaxJobs int
 }
 
@@ -93,7 +96,7 @@ type Owner struct {
 
 	mu      sync.Mutex
 	volumes map[string]slot
-	jobs    int
+	jobs    map[string]int // holder → jobs running
 }
 
 // slot is one volume's in-flight operation.
@@ -120,7 +123,7 @@ func New(cfg Config, deps Deps) (*Owner, error) {
 		deps.Runner = func(f func()) { go f() }
 	}
 	return &Owner{store: deps.Store, clock: deps.Clock, run: deps.Runner, obs: deps.Observer,
-		maxJobs: cfg.MaxJobs, volumes: map[string]slot{}}, nil
+		maxJobs: cfg.MaxJobs, volumes: map[string]slot{}, jobs: map[string]int{}}, nil
 }
 
 // BusyError refuses an operation on a volume that has one in flight.
@@ -238,37 +241,43 @@ func (o *Owner) TryLock(t volume.Target, holder string) (*Lease, string) {
 // Go starts job with the target's lease through the Runner and returns
 // at once. It starts nothing, and says why, when the target is held (by
 // an RPC or a job still running: at most one job per target) or MaxJobs
-// jobs run. The lease is released when job returns.
+// jobs of the same holder run. The lease is released when job returns.
 func (o *Owner) Go(ctx context.Context, t volume.Target, holder string, job func(context.Context, *Lease)) (started bool, busy string) {
 	o.mu.Lock()
-	if o.jobs >= o.maxJobs {
+	if o.jobs[holder] >= o.maxJobs {
 		o.mu.Unlock()
-		return false, fmt.Sprintf("job limit: %d jobs running", o.maxJobs)
+		return false, fmt.Sprintf("job limit: %d jobs of the %s running", o.maxJobs, holder)
 	}
-	o.jobs++
+	o.jobs[holder]++
 	o.mu.Unlock()
 	lease, busy := o.TryLock(t, holder)
 	if lease == nil {
-		o.jobDone()
+		o.jobDone(holder)
 		return false, busy
 	}
 	o.run(func() {
-		defer o.jobDone()
+		defer o.jobDone(holder)
 		defer lease.Unlock()
 		job(ctx, lease)
 	})
 	return true, ""
 }
 
-func (o *Owner) jobDone() {
+func (o *Owner) jobDone(holder string) {
 	o.mu.Lock()
-	o.jobs--
+	if o.jobs[holder]--; o.jobs[holder] == 0 {
+		delete(o.jobs, holder)
+	}
 	o.mu.Unlock()
 }
 
-// Jobs is the number of jobs running.
+// Jobs is the number of jobs running, of every holder.
 func (o *Owner) Jobs() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.jobs
+	n := 0
+	for _, j := range o.jobs {
+		n += j
+	}
+	return n
 }

@@ -267,6 +267,10 @@ func TestGo_OneJobPerTargetBounded(t *testing.T) {
 	if ok, busy := o.Go(ctx, c, "monitor", job("4")); ok || !strings.Contains(busy, "job limit") {
 		t.Errorf("third job with MaxJobs 2: started %v, busy %q", ok, busy)
 	}
+	// Another holder's jobs have a budget of their own.
+	if ok, busy := o.Go(ctx, c, "iSCSI session heal", job("5")); !ok {
+		t.Errorf("another holder's job refused: %s", busy)
+	}
 	for _, f := range queued {
 		f()
 	}
@@ -278,7 +282,7 @@ func TestGo_OneJobPerTargetBounded(t *testing.T) {
 	} else {
 		l.Unlock()
 	}
-	if diff := cmp.Diff([]string{"1 " + nqnA.Name, "3 " + nqnB.Name}, ran); diff != "" {
+	if diff := cmp.Diff([]string{"1 " + nqnA.Name, "3 " + nqnB.Name, "5 " + c.Name}, ran); diff != "" {
 		t.Errorf("jobs run (-want +got):\n%s", diff)
 	}
 }
