@@ -3,23 +3,22 @@ package intent
 import (
 	"context"
 	"sync"
-
-	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// targetLocks is one lock per target, made of channels so that a
-// goroutine waiting for one is durably blocked on a channel (what a
-// testing/synctest bubble and a deterministic scheduler can see), and
-// gone from the map as soon as nobody holds or waits for it: memory is
-// bounded by the targets in use. The map's mutex is held only to find
-// or free an entry, never while waiting, so one target's holder never
-// delays another target.
-type targetLocks struct {
+// KeyedLocks is one lock per key, made of channels so that a goroutine
+// waiting for one is durably blocked on a channel (what a testing/synctest
+// bubble and a deterministic scheduler can see), and gone from the map as
+// soon as nobody holds or waits for it: memory is bounded by the keys in
+// use. The map's mutex is held only to find or free an entry, never while
+// waiting, so one key's holder never delays another key. The zero value is
+// ready to use. The owner keys its target leases by volume.Target; the
+// iSCSI initiator keys node records by string.
+type KeyedLocks[K comparable] struct {
 	mu sync.Mutex
-	m  map[volume.Target]*targetLock
+	m  map[K]*keyLock
 }
 
-type targetLock struct {
+type keyLock struct {
 	// slot holds a value while the lock is held.
 	slot chan struct{}
 	// refs counts the holder and the waiters; the entry is freed at 0.
@@ -28,83 +27,83 @@ type targetLock struct {
 	holder string
 }
 
-// ref finds or makes the entry of t and counts the caller in.
-func (k *targetLocks) ref(t volume.Target) *targetLock {
+// ref finds or makes the entry of key and counts the caller in.
+func (k *KeyedLocks[K]) ref(key K) *keyLock {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
-		k.m = map[volume.Target]*targetLock{}
+		k.m = map[K]*keyLock{}
 	}
-	l := k.m[t]
+	l := k.m[key]
 	if l == nil {
-		l = &targetLock{slot: make(chan struct{}, 1)}
-		k.m[t] = l
+		l = &keyLock{slot: make(chan struct{}, 1)}
+		k.m[key] = l
 	}
 	l.refs++
 	return l
 }
 
 // unref counts the caller out and frees the entry when it was the last.
-func (k *targetLocks) unref(t volume.Target, l *targetLock) {
+func (k *KeyedLocks[K]) unref(key K, l *keyLock) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if l.refs--; l.refs == 0 {
-		delete(k.m, t)
+		delete(k.m, key)
 	}
 }
 
-// lock blocks until t's lock is free or ctx ends, takes it and returns
-// its release, which must be called exactly once.
-func (k *targetLocks) lock(ctx context.Context, t volume.Target, holder string) (func(), error) {
-	l := k.ref(t)
+// Lock blocks until key's lock is free or ctx ends, takes it for holder
+// and returns its release, which must be called exactly once.
+func (k *KeyedLocks[K]) Lock(ctx context.Context, key K, holder string) (func(), error) {
+	l := k.ref(key)
 	select {
 	case l.slot <- struct{}{}:
 	case <-ctx.Done():
-		k.unref(t, l)
+		k.unref(key, l)
 		return nil, ctx.Err()
 	}
 	k.setHolder(l, holder)
-	return k.release(t, l), nil
+	return k.release(key, l), nil
 }
 
-// tryLock takes t's lock when it is free; otherwise it returns who holds
-// it.
-func (k *targetLocks) tryLock(t volume.Target, holder string) (release func(), busy string) {
-	l := k.ref(t)
+// TryLock takes key's lock for holder when it is free; otherwise it
+// returns who holds it.
+func (k *KeyedLocks[K]) TryLock(key K, holder string) (release func(), busy string) {
+	l := k.ref(key)
 	select {
 	case l.slot <- struct{}{}:
 		k.setHolder(l, holder)
-		return k.release(t, l), ""
+		return k.release(key, l), ""
 	default:
 	}
 	k.mu.Lock()
 	busy = l.holder
 	k.mu.Unlock()
-	k.unref(t, l)
+	k.unref(key, l)
 	if busy == "" {
 		busy = "another operation" // taken a moment ago, holder not yet set
 	}
 	return nil, busy
 }
 
-func (k *targetLocks) setHolder(l *targetLock, holder string) {
+func (k *KeyedLocks[K]) setHolder(l *keyLock, holder string) {
 	k.mu.Lock()
 	l.holder = holder
 	k.mu.Unlock()
 }
 
-func (k *targetLocks) release(t volume.Target, l *targetLock) func() {
+func (k *KeyedLocks[K]) release(key K, l *keyLock) func() {
 	return func() {
 		k.mu.Lock()
 		l.holder = ""
 		k.mu.Unlock()
 		<-l.slot
-		k.unref(t, l)
+		k.unref(key, l)
 	}
 }
 
-// size is the number of targets held or waited for, for tests.
-func (k *targetLocks) size() int {
+// Len is the number of keys held or waited for.
+func (k *KeyedLocks[K]) Len() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.m)

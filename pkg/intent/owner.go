@@ -92,7 +92,7 @@ type Owner struct {
 	obs     Observer
 	maxJobs int
 
-	targets targetLocks
+	targets KeyedLocks[volume.Target]
 
 	mu      sync.Mutex
 	volumes map[string]slot
@@ -221,7 +221,7 @@ func (o *Owner) Lock(ctx context.Context, t volume.Target, holder string) (*Leas
 	if t.IsZero() {
 		return nil, errors.New("lock of an unknown target")
 	}
-	release, err := o.targets.lock(ctx, t, holder)
+	release, err := o.targets.Lock(ctx, t, holder)
 	if err != nil {
 		return nil, fmt.Errorf("wait for %s: %w", t, err)
 	}
@@ -231,7 +231,7 @@ func (o *Owner) Lock(ctx context.Context, t volume.Target, holder string) (*Leas
 // TryLock takes the target's lease when it is free, without waiting;
 // otherwise it returns nil and who holds it.
 func (o *Owner) TryLock(t volume.Target, holder string) (*Lease, string) {
-	release, busy := o.targets.tryLock(t, holder)
+	release, busy := o.targets.TryLock(t, holder)
 	if release == nil {
 		return nil, busy
 	}

@@ -137,7 +137,7 @@ func TestLock_WaitersAreDurablyBlockedAndTargetsIndependent(t *testing.T) {
 			t.Fatal("waiter did not get the lease")
 		}
 		l.Unlock()
-		if n := o.targets.size(); n != 0 {
+		if n := o.targets.Len(); n != 0 {
 			t.Errorf("%d targets still in the lock map, want 0", n)
 		}
 	})
