@@ -168,7 +168,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, lease *Lease) []Verdict {
 		if err != nil {
 			continue // an RPC took it since: it decides
 		}
-		v := r.reconcile(ctx, lease, ls, rec)
+		// Read again: an earlier rollback of this job removed a record
+		// that would otherwise still count as a co-tenant.
+		now, err := lease.Listing()
+		if err != nil {
+			end()
+			klog.ErrorS(err, "Reconcile: cannot read the records", "target", lease.Target().String())
+			return out
+		}
+		v := r.reconcile(ctx, lease, now, rec)
 		end()
 		r.report(v)
 		out = append(out, v)

@@ -237,3 +237,20 @@ func TestReconcile_ObserveAndFailure(t *testing.T) {
 		t.Errorf("next tick: %v", results(v))
 	}
 }
+
+// TestReconcile_TwoAbandonedVolumesOfOneTargetAreBothTakenDown: the
+// second rollback of one job must not count the first volume, already
+// removed, as a co-tenant (found by the node simulation, seed 1).
+func TestReconcile_TwoAbandonedVolumesOfOneTargetAreBothTakenDown(t *testing.T) {
+	g := newReconcileRig(t, false)
+	g.put(t, record(t, "pv-1", nqnA, volume.StateAttaching))
+	g.put(t, record(t, "pv-2", nqnA, volume.StateDetaching))
+	g.clk.Step(time.Hour)
+	v := g.reconcile(t, nqnA)
+	if diff := cmp.Diff([]string{"pv-1 rolled back", "pv-2 finished"}, results(v)); diff != "" {
+		t.Errorf("verdicts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"pv-1 detaching co=pv-2", "pv-2 detaching co="}, g.det.calls); diff != "" {
+		t.Errorf("detaches (-want +got):\n%s", diff)
+	}
+}

@@ -71,7 +71,7 @@ type Host struct {
 }
 
 // NewHost returns a host with an empty sysfs tree in sys, device files
-// in dev, two portals (127.0.0.1:3260, 127.0.0.2:3260) of target
+// in dev (both created when missing), two portals (127.0.0.1:3260, 127.0.0.2:3260) of target
 // iqn.2024-01.io.example:t with LUN 0, and multipathd running.
 func NewHost(sys, dev string) (*Host, error) {
 	h := &Host{
@@ -87,6 +87,11 @@ func NewHost(sys, dev string) (*Host, error) {
 		sessions:   map[string]Session{},
 		maps:       map[int]Map{},
 		logins:     map[string]int{},
+	}
+	for _, d := range []string{sys, dev} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	if err := (Topology{}).Write(sys); err != nil {
 		return nil, err
@@ -257,8 +262,8 @@ func (h *Host) flush(name string) Result {
 }
 
 // WriteAttr writes a sysfs attribute as the kernel takes it: a disk's
-// device/delete removes the disk from its session (the LUN stays, without
-// a disk, until a scan), anything else is written to its file.
+// device/delete removes its SCSI device from the session (until a scan),
+// anything else is written to its file.
 func (h *Host) WriteAttr(rel, value string) error {
 	if disk, ok := strings.CutPrefix(rel, "block/"); ok {
 		if disk, ok = strings.CutSuffix(disk, "/device/delete"); ok {
@@ -280,15 +285,15 @@ func (h *Host) deleteDisk(disk string) error {
 		if i < 0 {
 			continue
 		}
-		lun := s.LUNs[i].LUN
-		bdir := fmt.Sprintf("%s/target%d:0:0/%d:0:0:%d/block/%s", sessionDir(s), s.Host, s.Host, lun, disk)
-		for _, p := range []string{"block/" + disk, bdir} {
+		// The kernel removes the whole SCSI device, not only its disk: the
+		// LUN is gone from the session until a scan finds it again.
+		ldir := fmt.Sprintf("%s/target%d:0:0/%d:0:0:%d", sessionDir(s), s.Host, s.Host, s.LUNs[i].LUN)
+		for _, p := range []string{"block/" + disk, ldir} {
 			if err := os.RemoveAll(filepath.Join(h.Sys, p)); err != nil {
 				return err
 			}
 		}
-		s.LUNs = slices.Clone(s.LUNs)
-		s.LUNs[i].Disk = ""
+		s.LUNs = slices.Delete(slices.Clone(s.LUNs), i, i+1)
 		h.sessions[k] = s
 		h.dropSlave(disk)
 		_ = os.Remove(filepath.Join(h.Dev, disk))
