@@ -28,7 +28,7 @@ import (
 )
 
 var (
-	schedules = flag.Int("schedules", 100, "schedules to run")
+	schedules = flag.Int("schedules", 30, "schedules to run")
 	seedFlag  = flag.Uint64("seed", 0, "run only this seed (0: seeds 1..schedules)")
 	steps     = flag.Int("steps", 60, "scheduler steps per schedule before quiescence")
 )
