@@ -76,7 +76,7 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	if err := a.checkNode(path, devt); err != nil {
 		return driver.Device{}, err
 	}
-	return driver.Device{Path: path, SizeBytes: size}, nil
+	return driver.Device{Path: path, SizeBytes: size, Number: devt}, nil
 }
 
 // waitDisks polls sysfs until every logged-in session has the LUN's disk,
