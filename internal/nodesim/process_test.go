@@ -89,7 +89,7 @@ func (s *sim) start() *process {
 	p.iscsi, err = attach.NewAttacher(attach.AttacherConfig{
 		Sys: sysfs.New(s.host.Sys), Writer: w, DevRoot: s.host.Dev, Initiator: in,
 		NodeLoginTimeout: time.Second, NodeLoginRetries: 2,
-		DeviceTimeout: time.Second, MultipathWait: 200 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+		DeviceTimeout: 5 * time.Second, MultipathWait: 200 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 		VerifyNode: func(path, _ string) error { _, err := os.Stat(path); return err },
 	})
 	if err != nil {

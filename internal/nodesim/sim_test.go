@@ -352,12 +352,18 @@ func (s *sim) quiesce() {
 			s.logf("CO abandons %s", v.id)
 			continue
 		case 1:
-			for v.co != staged {
+			for try := 0; v.co != staged; try++ {
+				if try == 5 {
+					s.fail("NodeStage of %s never succeeds", v.id)
+				}
 				s.stage(v)
 				s.drain()
 			}
 		default:
-			for v.co != unstaged {
+			for try := 0; v.co != unstaged; try++ {
+				if try == 5 {
+					s.fail("NodeUnstage of %s never succeeds", v.id)
+				}
 				s.unstage(v)
 				s.drain()
 			}

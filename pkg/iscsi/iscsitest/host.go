@@ -262,12 +262,21 @@ func (h *Host) flush(name string) Result {
 }
 
 // WriteAttr writes a sysfs attribute as the kernel takes it: a disk's
-// device/delete removes its SCSI device from the session (until a scan),
-// anything else is written to its file.
+// device/delete removes its SCSI device from the session; "C T L" to
+// class/scsi_host/hostH/scan brings a LUN of the target back on the
+// session of host H (multipathd adds its disk to the LUN's map); anything
+// else is written to its file.
 func (h *Host) WriteAttr(rel, value string) error {
 	if disk, ok := strings.CutPrefix(rel, "block/"); ok {
 		if disk, ok = strings.CutSuffix(disk, "/device/delete"); ok {
 			return h.deleteDisk(disk)
+		}
+	}
+	if host, ok := strings.CutPrefix(rel, "class/scsi_host/host"); ok {
+		if host, ok = strings.CutSuffix(host, "/scan"); ok {
+			if err := h.scan(host, value); err != nil {
+				return err
+			}
 		}
 	}
 	p := filepath.Join(h.Sys, rel)
@@ -300,6 +309,59 @@ func (h *Host) deleteDisk(disk string) error {
 		return nil
 	}
 	return fmt.Errorf("write block/%s/device/delete: %w", disk, os.ErrNotExist)
+}
+
+// scan adds LUN "C T L" back to the session of SCSI host hostNum when the
+// target has it and the session lacks it.
+func (h *Host) scan(hostNum, args string) error {
+	var c, t, lun int
+	if _, err := fmt.Sscanf(args, "%d %d %d", &c, &t, &lun); err != nil {
+		return fmt.Errorf("scan %q: %w", args, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, s := range h.sessions {
+		if strconv.Itoa(s.Host) != hostNum || slices.ContainsFunc(s.LUNs, func(l LUN) bool { return l.LUN == lun }) {
+			continue
+		}
+		i := slices.Index(h.LUNs, lun)
+		if i < 0 {
+			return nil // the target has no such LUN
+		}
+		portal := s.Address + ":" + strconv.Itoa(s.Port)
+		l := LUN{LUN: lun, WWID: h.WWID(portal, lun)}
+		if h.Sectors != nil {
+			l.Sectors = h.Sectors(portal, lun)
+		}
+		if !h.NoDisk {
+			n := (s.ID-1)*len(h.LUNs) + i
+			l.Disk, l.Minor = "sd"+string(rune('a'+n%26)), n*16
+			h.touch(l.Disk)
+		}
+		if err := AddLUN(h.Sys, s, l); err != nil {
+			return err
+		}
+		s.LUNs = append(slices.Clone(s.LUNs), l)
+		h.sessions[k] = s
+		if m, ok := h.maps[lun]; ok && l.Disk != "" {
+			h.addSlave(lun, m, l.Disk)
+		} else if h.Multipathd {
+			h.assemble()
+		}
+	}
+	return nil
+}
+
+// addSlave puts disk back into the LUN's map, as multipathd does with a
+// path that reappears.
+func (h *Host) addSlave(lun int, m Map, disk string) {
+	m.Slaves = append(slices.Clone(m.Slaves), disk)
+	h.maps[lun] = m
+	_ = os.Symlink("../../../../../block/"+disk, filepath.Join(h.Sys, "devices/virtual/block", m.Device, "slaves", disk))
+	holders := filepath.Join(h.Sys, "block", disk, "holders")
+	if err := os.MkdirAll(holders, 0o755); err == nil {
+		_ = os.Symlink("../../../../../../../../virtual/block/"+m.Device, filepath.Join(holders, m.Device))
+	}
 }
 
 func (h *Host) touch(name string) {
