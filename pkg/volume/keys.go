@@ -228,6 +228,35 @@ func knownKeys(t Transport, secret bool) []string {
 	return keys
 }
 
+// credentialWords mark a key as a credential whatever else it says: a
+// misspelt or foreign key ("chapPasword", "password", "iscsi.secret") is
+// as secret as the documented one it was meant to be.
+var credentialWords = []string{"secret", "password", "passwd", "chap", "token", "credential", "privatekey"}
+
+// IsCredentialKey reports whether a key of any map a CSI request carries
+// (volume context, publish context, secrets) names a credential, so that
+// its value must never be logged: every key the contract classes as a
+// secret (Keys with Secret set), in any case, behind any "prefix/", and
+// every key containing one of credentialWords. It errs on the side of
+// redaction; it decides nothing else.
+func IsCredentialKey(k string) bool {
+	if i := strings.LastIndexByte(k, '/'); i >= 0 {
+		k = k[i+1:]
+	}
+	lk := strings.ToLower(k)
+	for _, d := range keyDocs {
+		if d.Secret && strings.ToLower(d.Key) == lk {
+			return true
+		}
+	}
+	for _, w := range credentialWords {
+		if strings.Contains(lk, w) {
+			return true
+		}
+	}
+	return false
+}
+
 // suggest returns the known key closest to k when it is plausibly a typo
 // (same letters in another case, or at most two edits away), else "".
 func suggest(k string, known []string) string {

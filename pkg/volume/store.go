@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -26,8 +27,13 @@ const (
 	// that is not a record name, so a crash that leaves one behind hides no
 	// record and corrupts none.
 	tmpPrefix = ".tmp-"
-	// maxRecordSize bounds one read; a real record is a few hundred bytes.
-	maxRecordSize = 1 << 20
+	// maxRecordSize bounds one read, and Put refuses to write a record
+	// larger than that, so a record can never be written that Get cannot
+	// read back. A real record is about a kilobyte; the largest one the
+	// driver's request limits admit (CSI's 128-byte volume ID, 4 KiB maps
+	// and mount flags, 4096-byte paths, MaxPublications publications, every
+	// path character escaped) is about 2.2 MiB.
+	maxRecordSize = 4 << 20
 )
 
 // Store keeps one Record per staged volume as a JSON file on disk. It has no
@@ -68,23 +74,41 @@ func (s *Store) Dir() string { return s.dir }
 // The record is written with Version RecordVersion. Put rejects a
 // record without VolumeID (or not valid UTF-8), with an unknown AccessType,
 // with file system settings on a block volume, with an empty or repeated
-// publication target path, or whose Context Parse would not have produced.
+// publication target path or more than MaxPublications of them, with a
+// path that is not valid UTF-8, whose Context Parse would not have
+// produced, or whose encoding is larger than Get reads.
 func (s *Store) Put(r Record) error {
 	if err := r.check(); err != nil {
 		return fmt.Errorf("put staged-volume record: %w", err)
 	}
 	r.Version = RecordVersion
-	data, err := json.MarshalIndent(r, "", "  ")
+	data, err := encodeRecord(r)
 	if err != nil {
 		return fmt.Errorf("put staged-volume record %q: encode: %w", r.VolumeID, err)
 	}
-	data = append(data, '\n')
+	if len(data) > maxRecordSize {
+		return fmt.Errorf("put staged-volume record %q: encodes to %d bytes; the store reads at most %d", r.VolumeID, len(data), maxRecordSize)
+	}
 
 	name := recordName(r.VolumeID)
 	if err := s.writeAtomic(name, data); err != nil {
 		return fmt.Errorf("put staged-volume record %q: %w", r.VolumeID, err)
 	}
 	return nil
+}
+
+// encodeRecord renders a record as indented JSON with a final newline.
+// HTML escaping is off: it would spell each '<', '>' and '&' of a path in
+// six bytes, for no reader that needs it.
+func encodeRecord(r Record) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 func (s *Store) writeAtomic(name string, data []byte) error {

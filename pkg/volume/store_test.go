@@ -151,6 +151,13 @@ func TestStore_PutRejects(t *testing.T) {
 		{"publication twice", func(r *Record) {
 			r.Publications = []Publication{{TargetPath: "/t"}, {TargetPath: "/t", ReadOnly: true}}
 		}, "published twice"},
+		{"more publications than MaxPublications", func(r *Record) { r.Publications = publications(MaxPublications+1, "/t") }, "at most 256"},
+		{"staging path not UTF-8", func(r *Record) { r.StagingPath = "/s-\xff" }, "not valid UTF-8"},
+		{"target path not UTF-8", func(r *Record) { r.Publications = []Publication{{TargetPath: "/t-\xfe"}} }, "not valid UTF-8"},
+		{"mount flag not UTF-8", func(r *Record) { r.MountFlags = []string{"\xfe"} }, "not valid UTF-8"},
+		{"larger than Get reads", func(r *Record) {
+			r.Publications = publications(MaxPublications, "/"+strings.Repeat("\u2028", maxRecordSize/MaxPublications/3))
+		}, "the store reads at most"},
 		{"zero context", func(r *Record) { r.Context = Context{} }, `context: volume context key "transport"`},
 		{"context with the wrong sub-struct", func(r *Record) { r.Context.Transport = TransportISCSI }, "context:"},
 		{"context Parse would reject", func(r *Record) { r.Context.NVMe.NSID = 0 }, `volume context key "nsid"`},
@@ -170,6 +177,43 @@ func TestStore_PutRejects(t *testing.T) {
 				t.Errorf("after a rejected Put, List = %d records, %v; want none", len(recs), lerr)
 			}
 		})
+	}
+}
+
+// publications returns n publications at distinct target paths starting
+// with prefix.
+func publications(n int, prefix string) []Publication {
+	out := make([]Publication, n)
+	for i := range out {
+		out[i] = Publication{TargetPath: fmt.Sprintf("%s/%d", prefix, i), ReadOnly: i%2 == 0}
+	}
+	return out
+}
+
+// A record whose paths are all characters JSON escapes, or that HTML
+// escaping would spell in six bytes, reads back as it was put.
+func TestStore_EscapedCharactersRoundTrip(t *testing.T) {
+	s := newTestStore(t)
+	r := testRecord("pvc-<&>\"\\\u2028")
+	r.StagingPath = "/var/lib/kubelet/<&>\"\\\u2028\u2029/globalmount"
+	r.Publications = []Publication{{TargetPath: "/var/lib/kubelet/pods/<a&b>/mount"}}
+	if err := s.Put(r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(r.VolumeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Version = RecordVersion
+	if diff := cmp.Diff(r, got); diff != "" {
+		t.Errorf("record (-put +got):\n%s", diff)
+	}
+	data, err := os.ReadFile(filepath.Join(s.records, recordName(r.VolumeID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), `\u003c`) {
+		t.Errorf("record escapes '<' as \\u003c:\n%s", data)
 	}
 }
 
