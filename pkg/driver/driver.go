@@ -84,11 +84,18 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if cfg.NodeID == "" {
 		errs = append(errs, errors.New("node ID is empty"))
 	}
+	if n := len(cfg.NodeID); n > maxNodeIDBytes {
+		errs = append(errs, fmt.Errorf("node ID is %d bytes; the CSI limit is %d", n, maxNodeIDBytes))
+	}
 	if cfg.MaxVolumesPerNode < 0 {
 		errs = append(errs, fmt.Errorf("max volumes per node %d is negative", cfg.MaxVolumesPerNode))
 	}
 	if (cfg.TopologyKey == "") != (cfg.TopologyValue == "") {
 		errs = append(errs, errors.New("topology key and value must be set together"))
+	} else if cfg.TopologyKey != "" {
+		if err := checkTopology(cfg.TopologyKey, cfg.TopologyValue); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if _, err := heal.ParseMode(string(cfg.HealMode)); err != nil {
 		errs = append(errs, err)
