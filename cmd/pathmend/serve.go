@@ -253,6 +253,16 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 
+	var check metrics.HealthCheck
+	if c.metricsAddress != "" {
+		var closeCheck func()
+		check, closeCheck, err = healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
+		if err != nil {
+			return err
+		}
+		defer closeCheck()
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -272,7 +282,6 @@ func serve(ctx context.Context, c serveConfig) error {
 		run("monitor", func() error { return mon.Run(ctx) })
 	}
 	if c.metricsAddress != "" {
-		check := healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
 		run("metrics", func() error { return metrics.Serve(ctx, c.metricsAddress, m, check) })
 	}
 	wg.Wait()

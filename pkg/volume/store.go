@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -265,29 +267,28 @@ func (s *Store) List() ([]Record, error) {
 	return records, errors.Join(errs...)
 }
 
-// Writable checks that records can be written, for the Probe RPC: it
-// creates, writes, fsyncs and removes a probe file in the records
-// directory. A read-only or full file system fails here rather than in the
-// middle of NodeStage.
-func (s *Store) Writable() (err error) {
-	f, err := os.CreateTemp(s.records, tmpPrefix+"probe-*")
-	if err != nil {
-		return fmt.Errorf("staged-volume store not writable: %w", err)
+// Writable checks that records can be written, for the Probe RPC and
+// /healthz, without writing: the records directory must be writable by
+// this process (access(2) W_OK, which also fails on a read-only mount) and
+// its file system must have a free block and, where it counts inodes, a
+// free inode. It creates no file, so a probe every second costs two
+// system calls; a disk that fails its writes shows in the next Put, which
+// NodeStage reports.
+func (s *Store) Writable() error {
+	if err := unix.Access(s.records, unix.W_OK); err != nil {
+		return fmt.Errorf("staged-volume store not writable: %s: %w", s.records, err)
 	}
-	defer func() {
-		if rerr := os.Remove(f.Name()); rerr != nil && err == nil {
-			err = fmt.Errorf("staged-volume store not writable: %w", rerr)
-		}
-	}()
-	_, werr := f.Write([]byte("probe\n"))
-	if werr == nil {
-		werr = f.Sync()
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.records, &st); err != nil {
+		return fmt.Errorf("staged-volume store not writable: statfs %s: %w", s.records, err)
 	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return fmt.Errorf("staged-volume store not writable: %w", werr)
+	switch {
+	case st.Flags&unix.ST_RDONLY != 0:
+		return fmt.Errorf("staged-volume store not writable: %s is on a read-only file system", s.records)
+	case st.Bfree == 0:
+		return fmt.Errorf("staged-volume store not writable: the file system of %s is full", s.records)
+	case st.Files > 0 && st.Ffree == 0:
+		return fmt.Errorf("staged-volume store not writable: the file system of %s has no free inode", s.records)
 	}
 	return nil
 }

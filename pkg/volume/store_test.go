@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -448,10 +449,25 @@ func TestStore_ConcurrentPut(t *testing.T) {
 
 func TestStore_Writable(t *testing.T) {
 	s := newTestStore(t)
-	if err := s.Writable(); err != nil {
-		t.Fatalf("Writable: %v", err)
+	dir := filepath.Join(s.Dir(), "volumes")
+	before, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(filepath.Join(s.Dir(), "volumes"))
+	for range 3 {
+		if err := s.Writable(); err != nil {
+			t.Fatalf("Writable: %v", err)
+		}
+	}
+	// A file created and removed would change the directory's mtime.
+	after, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("Writable changed the records directory (mtime %v → %v): it must create no file", before.ModTime(), after.ModTime())
+	}
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,6 +497,31 @@ func ids(recs []Record) []string {
 		out[i] = r.VolumeID
 	}
 	return out
+}
+
+// A store on a read-only mount is not writable. Needs root for the mount.
+func TestStore_WritableReadOnlyMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	s, err := NewStore(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Writable(); err != nil {
+		t.Fatalf("Writable on a fresh tmpfs: %v", err)
+	}
+	if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount ro: %v: %s", err, out)
+	}
+	if err := s.Writable(); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("Writable on a read-only mount = %v, want an error naming it", err)
+	}
 }
 
 func TestStore_StampsRoundTripAndSurviveANewStore(t *testing.T) {
