@@ -107,7 +107,7 @@ const anyTransport Transport = ""
 
 const (
 	kernelDefault  = "kernel default"
-	hostPortFormat = "comma-separated host:port; IPv6 as [addr]:port"
+	hostPortFormat = "comma-separated host:port, at most 64; IPv6 as [addr]:port"
 )
 
 var keyDocs = []KeyDoc{
@@ -139,7 +139,7 @@ var keyDocs = []KeyDoc{
 		Default:     "routing decides",
 		Description: "Local address every connection is made from (host_traddr)."},
 	{Key: keyHostIface, Transport: TransportNVMeTCP,
-		Format:      "network interface name, 1-15 characters",
+		Format:      "network interface name, 1-15 characters, no '/', ':', ',', '=' or spaces",
 		Default:     "routing decides",
 		Description: "Local interface every connection is bound to (host_iface)."},
 	{Key: keyCtrlLossTmo, Transport: TransportNVMeTCP,
@@ -175,7 +175,7 @@ var keyDocs = []KeyDoc{
 		Format:      "iqn.yyyy-mm.reverse.domain[:id], eui.<16 hex> or naa.<16 or 32 hex>; at most 223 bytes",
 		Description: "iSCSI name of the target."},
 	{Key: keyPortals, Transport: TransportISCSI, Required: true,
-		Format:      "comma-separated host[:port], port 3260 when omitted; IPv6 as [addr]:port or a bare address",
+		Format:      "comma-separated host[:port], at most 64, port 3260 when omitted; IPv6 as [addr]:port or a bare address",
 		Description: "Every portal the node logs in to; one session per portal."},
 	{Key: keyLUN, Transport: TransportISCSI, Required: true,
 		Format:      rangeLUN.String(),
