@@ -135,7 +135,7 @@ func TestStore_PutNeverWritesWhatGetCannotRead(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), "more than the") {
+		if err == nil || !strings.Contains(err.Error(), "the store reads at most") {
 			t.Errorf("Put of a record one byte over the cap: err = %v, want refused", err)
 		}
 	}
