@@ -76,7 +76,7 @@ func (a *Attacher) removeLUN(ctx context.Context, snap *iscsi.Snapshot, v *volum
 		if !ok || flushed[m.Device] {
 			continue
 		}
-		if err := a.cfg.Initiator.FlushMap(ctx, m.Name); err != nil {
+		if err := a.flushMap(ctx, m.Name); err != nil {
 			return err
 		}
 		flushed[m.Device] = true
@@ -88,6 +88,31 @@ func (a *Attacher) removeLUN(ctx context.Context, snap *iscsi.Snapshot, v *volum
 		}
 	}
 	return nil
+}
+
+// flushAttempts bounds the tries of one map flush.
+const flushAttempts = 5
+
+// flushMap removes a map, trying again a few times, PollInterval apart:
+// a map whose file system was unmounted a moment ago may still be open
+// for the udev probe of the unmount's change event, and multipath -f
+// refuses an open map ("map in use"; multipath-tools' remove_retries
+// exists for the same reason). A map that stays open is an error.
+func (a *Attacher) flushMap(ctx context.Context, name string) error {
+	var err error
+	for try := 1; try <= flushAttempts; try++ {
+		if err = a.cfg.Initiator.FlushMap(ctx, name); err == nil {
+			return nil
+		}
+		if try == flushAttempts {
+			break
+		}
+		klog.FromContext(ctx).V(2).Info("Multipath map not flushed; trying again", "map", name, "attempt", try, "err", err)
+		if serr := sleep(ctx, a.cfg.Clock, a.cfg.PollInterval); serr != nil {
+			return err
+		}
+	}
+	return err
 }
 
 // node returns the node record of portal ep of target iqn, its host name
@@ -246,7 +271,7 @@ func (a *Attacher) flushMapsOn(ctx context.Context, snap *iscsi.Snapshot, m *isc
 			if !ok || flushed[mp.Device] {
 				continue
 			}
-			if err := a.cfg.Initiator.FlushMap(ctx, mp.Name); err != nil {
+			if err := a.flushMap(ctx, mp.Name); err != nil {
 				return err
 			}
 			flushed[mp.Device] = true

@@ -120,15 +120,33 @@ func TestDetach_FlushFailureStopsTheDetach(t *testing.T) {
 	a := h.attacher(nil)
 	pv := stage(t, a, recs, "pv-0", iscsiVolume(0, "127.0.0.1", "127.0.0.2"))
 	h.FlushCode = 1
+	start := len(h.exec.Lines())
 	err := a.Detach(context.Background(), pv, recs.co(pv.VolumeID))
 	if code, ok := iscsi.Exit(err); !ok || code != 1 || !strings.Contains(err.Error(), "mpatha: map in use") {
 		t.Fatalf("got %v", err)
+	}
+	if n := len(h.exec.Lines()[start:]); n != flushAttempts {
+		t.Errorf("%d commands, want %d flushes and nothing else", n, flushAttempts)
 	}
 	if h.SessionCount() != 2 {
 		t.Error("sessions logged out after a failed flush")
 	}
 	if got := readWO(t, h.sys, "devices/platform/host11/session1/target11:0:0/11:0:0:0/delete"); got != "" {
 		t.Errorf("disk deleted under an open map: %q", got)
+	}
+}
+
+// A map still open for a moment after its unmount (udev probing it) is
+// flushed on a later try; the detach goes on.
+func TestDetach_AMapStillOpenForAMomentIsFlushedOnRetry(t *testing.T) {
+	h := newFakeHost(t)
+	recs := &records{}
+	a := h.attacher(nil)
+	pv := stage(t, a, recs, "pv-0", iscsiVolume(0, "127.0.0.1", "127.0.0.2"))
+	h.FlushBusy = 2
+	unstage(t, a, recs, pv)
+	if n, keys := h.SessionCount(), h.RecordKeys(); n != 0 || len(keys) != 0 {
+		t.Errorf("left: %d sessions, records %v", n, keys)
 	}
 }
 

@@ -46,8 +46,10 @@ type Host struct {
 	Portals []string
 	// LoginCode maps a portal to the iscsiadm exit code of its logins.
 	LoginCode map[string]int
-	// FlushCode, when set, is the exit code of every multipath -f.
-	FlushCode int
+	// FlushCode, when set, is the exit code of every multipath -f;
+	// FlushBusy fails that many more flushes as a map still open for a
+	// moment does (exit 1, "map in use").
+	FlushCode, FlushBusy int
 	// LUNs are the target's LUN numbers.
 	LUNs []int
 	// WWID names a LUN on a portal; Sectors sizes its disk (64 MiB when
@@ -244,6 +246,10 @@ func (h *Host) dropSlave(disk string) {
 func (h *Host) flush(name string) Result {
 	if h.FlushCode != 0 {
 		return Result{Code: h.FlushCode, Out: name + ": map in use"}
+	}
+	if h.FlushBusy > 0 {
+		h.FlushBusy--
+		return Result{Code: 1, Out: name + ": map in use"}
 	}
 	for n, m := range h.maps {
 		if m.Name != name {
