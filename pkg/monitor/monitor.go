@@ -70,6 +70,9 @@ type Monitor struct {
 	deps Deps
 	back *backoff
 	sem  chan struct{}
+	// nvme reads sysfs every tick, remembering across ticks what cannot
+	// change while a kernel object lives.
+	nvme *nvme.Reader
 
 	mu       sync.Mutex
 	status   map[string]VolumeStatus
@@ -118,7 +121,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	if deps.PathExists == nil {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
-	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax),
+	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), nvme: nvme.NewReader(deps.SysFS),
 		sem: make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}}, nil
 }
 

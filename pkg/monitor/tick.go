@@ -66,7 +66,7 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 }
 
 func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs map[string]volume.Record, rep *Report) {
-	host, err := nvme.Read(m.deps.SysFS)
+	host, err := m.nvme.Read()
 	if err != nil {
 		klog.ErrorS(err, "Read NVMe state failed; skipping this tick")
 		return
@@ -127,7 +127,7 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 	// Read again only when the tick changed the kernel's state; a healthy
 	// tick reads sysfs once.
 	if len(rep.Connects) > 0 || anyRemoved(rep.Outcomes) {
-		if h, err := nvme.Read(m.deps.SysFS); err == nil {
+		if h, err := m.nvme.Read(); err == nil {
 			host = h
 		}
 	}

@@ -3,51 +3,65 @@ package nvme
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
 // subsystem reads class/nvme-subsystem/<name>: its attributes, the links
 // to its member controllers and its multipath heads.
-func (r *reader) subsystem(name SubsystemName) (Subsystem, error) {
-	dir := classSubsystem + "/" + string(name)
-	entries, err := r.fs.ReadDir(dir)
+func (p *pass) subsystem(name SubsystemName) (Subsystem, error) {
+	m := p.r.subsystems[name]
+	if m == nil {
+		m = &subsysMemo{rel: classSubsystem + "/" + string(name)}
+		p.r.subsystems[name] = m
+	}
+	d, err := p.root.OpenDir(m.rel)
 	if err != nil {
-		return Subsystem{}, r.vanished(dir, err)
+		return Subsystem{}, p.vanished(m.rel, err)
 	}
-	s := Subsystem{Name: name, Controllers: []ControllerName{}, Namespaces: []Namespace{}}
-	if s.NQN, err = r.attr(dir, "subsysnqn"); err != nil {
-		return Subsystem{}, err
+	defer d.Close()
+	m.seen = p.r.pass
+	if d.Identity() != m.id {
+		// Another subsystem than the one remembered under this name.
+		*m = subsysMemo{seen: m.seen, rel: m.rel, id: d.Identity()}
 	}
-	if s.Model, err = r.attr(dir, "model"); err != nil {
-		return Subsystem{}, err
+	o := obj{p: p, d: d, id: d.Identity()}
+	entries, err := d.Names(m.names)
+	if err != nil {
+		return Subsystem{}, o.vanished(err)
 	}
-	if s.Serial, err = r.attr(dir, "serial"); err != nil {
-		return Subsystem{}, err
-	}
-	if s.IOPolicy, err = r.optional(dir, "iopolicy", entries); err != nil {
-		return Subsystem{}, err
-	}
-	if s.Type, err = r.optional(dir, "subsystype", entries); err != nil {
-		return Subsystem{}, err
-	}
-	// The directory holds attributes, one link per member controller
-	// (nvme<X>) and, with native multipath, one directory per head
-	// (nvme<N>n<H>). Everything else (power/, uevent, the subsystem
-	// class link) is not pathmend's business.
-	for _, e := range entries {
-		if c := ControllerName(e); c.Instance() >= 0 {
-			s.Controllers = append(s.Controllers, c)
-			continue
+	m.names = entries
+	if !m.static {
+		if err := o.text("subsysnqn", &m.nqn); err != nil {
+			return Subsystem{}, err
 		}
-		d, ok := parseDiskName(e)
-		if !ok || d.isLeg() {
-			continue
+		if err := o.text("model", &m.model); err != nil {
+			return Subsystem{}, err
 		}
-		ns := Namespace{Subsystem: name, HeadInstance: d.head, Head: DeviceName(e)}
-		err := r.identity(dir+"/"+e, "block/"+e, &ns)
+		if err := o.text("serial", &m.serial); err != nil {
+			return Subsystem{}, err
+		}
+		if err := o.optional("subsystype", "subsystype", entries, &m.typ); err != nil {
+			return Subsystem{}, err
+		}
+		m.static = true
+	}
+	if err := o.optional("iopolicy", "iopolicy", entries, &m.iopolicy); err != nil {
+		return Subsystem{}, err
+	}
+	if m.from == nil || !sameSlice(entries, m.from) {
+		m.deriveMembers(entries)
+	}
+	s := Subsystem{Name: name, NQN: m.nqn, Model: m.model, Serial: m.serial, IOPolicy: m.iopolicy, Type: m.typ,
+		Controllers: m.ctrls, Namespaces: []Namespace{}}
+	if m.disks == nil {
+		m.disks = make(map[string]*diskMemo, len(m.heads))
+	}
+	for _, e := range m.heads {
+		ns, err := p.head(o, m, name, e)
 		if errors.Is(err, errVanished) {
-			r.skip(dir+"/"+e, name, errVanished.Error())
+			p.skip(m.rel+"/"+e, name, errVanished.Error())
 			continue
 		}
 		if err != nil {
@@ -55,32 +69,108 @@ func (r *reader) subsystem(name SubsystemName) (Subsystem, error) {
 		}
 		s.Namespaces = append(s.Namespaces, ns)
 	}
-	sortByInstance(s.Controllers, func(c ControllerName) (int, string) { return c.Instance(), string(c) })
+	for e, dm := range m.disks {
+		if dm.seen != p.r.pass {
+			delete(m.disks, e)
+		}
+	}
 	return s, nil
+}
+
+// deriveMembers sorts a subsystem directory's entries into member
+// controllers and heads. The directory holds attributes, one link per
+// member controller (nvme<X>) and, with native multipath, one directory
+// per head (nvme<N>n<H>). Everything else (power/, uevent, the subsystem
+// class link) is not pathmend's business.
+func (m *subsysMemo) deriveMembers(entries []string) {
+	ctrls := []ControllerName{}
+	var heads []string
+	for _, e := range entries {
+		if c := ControllerName(e); c.Instance() >= 0 {
+			ctrls = append(ctrls, c)
+			continue
+		}
+		if d, ok := parseDiskName(e); ok && !d.isLeg() {
+			heads = append(heads, e)
+		}
+	}
+	sortByInstance(ctrls, func(c ControllerName) (int, string) { return c.Instance(), string(c) })
+	// Clipped: a Host shares the slice, and an append must copy it.
+	m.ctrls, m.heads, m.from = slices.Clip(ctrls), heads, entries
+	if m.from == nil {
+		m.from = []string{}
+	}
+}
+
+// head reads the multipath head entry of subsystem name, whose directory
+// is sub.
+func (p *pass) head(sub obj, m *subsysMemo, name SubsystemName, entry string) (Namespace, error) {
+	dn, _ := parseDiskName(entry)
+	dm := m.disks[entry]
+	if dm == nil {
+		dm = newDiskMemo(entry, dn)
+		m.disks[entry] = dm
+	}
+	dm.seen = p.r.pass
+	ns := Namespace{Subsystem: name, HeadInstance: dn.head, Head: DeviceName(entry)}
+	o, err := p.disk(sub.d, entry, dm)
+	if err == nil {
+		err = p.identity(o, dm, &ns)
+	}
+	if err != nil {
+		return Namespace{}, p.diskGone(p.root, "block/"+entry, err)
+	}
+	return ns, nil
+}
+
+// disk stats the directory of a head or per-controller disk below d and
+// returns it as an object, forgetting dm's static attributes when the
+// directory is not the one they were read from. A directory that is gone
+// is errVanished.
+func (p *pass) disk(d sysfs.Dir, entry string, dm *diskMemo) (obj, error) {
+	id, err := d.Stat(entry)
+	if sysfs.IsNotExist(err) {
+		return obj{}, errVanished
+	}
+	if err != nil {
+		return obj{}, err
+	}
+	if id != dm.id {
+		dm.id, dm.static = id, false
+	}
+	return obj{p: p, d: d, sub: entry, id: id}, nil
 }
 
 // identity reads the namespace identity attributes of a head or
 // per-controller disk (drivers/nvme/host/core.c, nvme_ns_id_attrs). nsid,
 // wwid and size are always published; the kernel hides nguid when it is
-// zero and uuid when both it and the NGUID are. link is the disk's
-// block/<disk> entry, the witness of a deletion in progress.
-func (r *reader) identity(dir, link string, ns *Namespace) (err error) {
-	defer func() { err = r.diskGone(link, err) }()
-	nsid, err := r.number(dir, "nsid", 32)
-	if err != nil {
-		return err
+// zero and uuid when both it and the NGUID are. The identifiers are fixed
+// when the namespace's head is created; size follows a resize.
+func (p *pass) identity(o obj, dm *diskMemo, ns *Namespace) error {
+	if !dm.static {
+		b, err := o.raw(dm.paths.nsid)
+		if err != nil {
+			return err
+		}
+		nsid, err := parseUint(string(b), 32)
+		if err != nil {
+			return fmt.Errorf("parse %s/%s: %w", o.d.Rel(), dm.paths.nsid, err)
+		}
+		dm.nsid = uint32(nsid)
+		if err := o.optional(dm.paths.nguid, "", nil, &dm.nguid); err != nil {
+			return err
+		}
+		if err := o.optional(dm.paths.uuid, "", nil, &dm.uuid); err != nil {
+			return err
+		}
+		if err := o.text(dm.paths.wwid, &dm.wwid); err != nil {
+			return err
+		}
+		dm.static = true
 	}
-	ns.NSID = uint32(nsid)
-	if ns.NGUID, err = r.optional(dir, "nguid", nil); err != nil {
-		return err
-	}
-	if ns.UUID, err = r.optional(dir, "uuid", nil); err != nil {
-		return err
-	}
-	if ns.WWID, err = r.attr(dir, "wwid"); err != nil {
-		return err
-	}
-	ns.Sectors, err = r.number(dir, "size", 64)
+	ns.NSID, ns.NGUID, ns.UUID, ns.WWID = dm.nsid, dm.nguid, dm.uuid, dm.wwid
+	var err error
+	ns.Sectors, err = parsed(o, dm.paths.size, &dm.size, parseU64)
 	return err
 }
 
@@ -95,47 +185,64 @@ type ctrlDisk struct {
 }
 
 // controller reads class/nvme/<name> and the namespace devices below it.
-// sub is the subsystem that lists the controller, for Skip records.
-func (r *reader) controller(name ControllerName, sub SubsystemName) (Controller, []ctrlDisk, error) {
-	dir := classNVMe + "/" + string(name)
-	entries, err := r.fs.ReadDir(dir)
-	if err != nil {
-		return Controller{}, nil, r.vanished(dir, err)
+// sub is the subsystem that lists the controller, for Skip records. The
+// devices returned are valid until the next call.
+func (p *pass) controller(name ControllerName, sub SubsystemName) (Controller, []ctrlDisk, error) {
+	m := p.r.controllers[name]
+	if m == nil {
+		m = &ctrlMemo{rel: classNVMe + "/" + string(name)}
+		p.r.controllers[name] = m
 	}
+	d, err := p.root.OpenDir(m.rel)
+	if err != nil {
+		return Controller{}, nil, p.vanished(m.rel, err)
+	}
+	defer d.Close()
+	m.seen = p.r.pass
+	if d.Identity() != m.id {
+		// Another controller than the one remembered under this name.
+		*m = ctrlMemo{seen: m.seen, rel: m.rel, id: d.Identity()}
+	}
+	o := obj{p: p, d: d, id: d.Identity()}
+	entries, err := d.Names(m.names)
+	if err != nil {
+		return Controller{}, nil, o.vanished(err)
+	}
+	m.names = entries
 	c := Controller{Name: name, Subsystem: sub}
-	if err := r.controllerAttrs(dir, entries, &c); err != nil {
+	if err := p.controllerAttrs(o, m, entries, &c); err != nil {
 		return Controller{}, nil, err
 	}
 	// The kernel creates the controller directory once and never renames
-	// into it, so its mtime is the controller's creation time. A failed
-	// stat leaves CreatedAt zero: "unknown", never "young".
-	if fi, err := r.fs.Stat(dir); err == nil {
-		c.CreatedAt = fi.ModTime()
-	} else if err = r.vanished(dir, err); errors.Is(err, errVanished) {
-		return Controller{}, nil, err
-	}
+	// into it, so its mtime (from the stat of the open directory) is the
+	// controller's creation time.
+	c.CreatedAt = d.Identity().ModTime()
 
 	// Legs (nvme<N>c<X>n<H>) and, with multipath off, the controller's
 	// own disks (nvme<X>n<H>) are child directories; the generic
 	// character devices (ng<X>n<H>) and everything else do not parse.
-	var devs []ctrlDisk
-	for _, e := range entries {
-		d, ok := parseDiskName(e)
-		if !ok {
-			continue
+	if m.from == nil || !sameSlice(entries, m.from) {
+		m.diskNames, m.from = slices.DeleteFunc(slices.Clone(entries), func(e string) bool { _, ok := parseDiskName(e); return !ok }), entries
+		if m.from == nil {
+			m.from = []string{}
 		}
-		devDir := dir + "/" + e
-		cd := ctrlDisk{name: DeviceName(e), disk: d, path: Path{Controller: name, Device: DeviceName(e)}}
-		var err error
-		if !d.isLeg() {
-			cd.ns = &Namespace{HeadInstance: d.head}
-			err = r.identity(devDir, "block/"+e, cd.ns)
+	}
+	if m.disks == nil {
+		m.disks = make(map[string]*diskMemo, len(m.diskNames))
+	}
+	devs := p.r.devs[:0]
+	for _, e := range m.diskNames {
+		dn, _ := parseDiskName(e)
+		dm := m.disks[e]
+		if dm == nil {
+			dm = newDiskMemo(e, dn)
+			m.disks[e] = dm
 		}
-		if err == nil {
-			err = r.ana(devDir, &cd.path)
-		}
+		dm.seen = p.r.pass
+		cd := ctrlDisk{name: DeviceName(e), disk: dn, path: Path{Controller: name, Device: DeviceName(e)}}
+		err := p.ctrlDisk(d, e, dm, &cd)
 		if errors.Is(err, errVanished) {
-			r.skip(devDir, sub, errVanished.Error())
+			p.skip(m.rel+"/"+e, sub, errVanished.Error())
 			continue
 		}
 		if err != nil {
@@ -143,108 +250,142 @@ func (r *reader) controller(name ControllerName, sub SubsystemName) (Controller,
 		}
 		devs = append(devs, cd)
 	}
+	p.r.devs = devs
+	for e, dm := range m.disks {
+		if dm.seen != p.r.pass {
+			delete(m.disks, e)
+		}
+	}
 	return c, devs, nil
+}
+
+// ctrlDisk reads the leg or per-controller disk entry below controller
+// directory d.
+func (p *pass) ctrlDisk(d sysfs.Dir, entry string, dm *diskMemo, cd *ctrlDisk) error {
+	o := obj{p: p, d: d, sub: entry}
+	if !dm.name.isLeg() {
+		var err error
+		if o, err = p.disk(d, entry, dm); err != nil {
+			return err
+		}
+		cd.ns = &Namespace{HeadInstance: dm.name.head}
+		if err := p.identity(o, dm, cd.ns); err != nil {
+			return p.diskGone(p.root, "block/"+entry, err)
+		}
+	}
+	return p.ana(o, dm, &cd.path)
 }
 
 // controllerAttrs reads the attributes of nvme_dev_attrs that pathmend
 // uses. The fabrics attributes are required of fabrics controllers only:
 // the kernel hides them when a controller has no fabrics options (PCIe).
-func (r *reader) controllerAttrs(dir string, entries []string, c *Controller) error {
+// transport, subsysnqn and hostnqn are fixed for the controller's life
+// (its ops, its subsystem and its options); state, cntlid (assigned by
+// the target at every connect of the admin queue), kato, address (whose
+// src_addr follows the connection) and the writable timeouts are read
+// every time.
+func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controller) error {
+	known := m.static
+	if err := o.text("state", &m.state); err != nil {
+		return err
+	}
+	c.State = ControllerState(m.state)
+	if !known {
+		if err := o.text("transport", &m.transport); err != nil {
+			return err
+		}
+	}
+	c.Transport = m.transport
 	var err error
-	var state string
-	if state, err = r.attr(dir, "state"); err != nil {
+	if c.CntlID, err = parsed(o, "cntlid", &m.cntlid, parseU16); err != nil {
 		return err
 	}
-	c.State = ControllerState(state)
-	if c.Transport, err = r.attr(dir, "transport"); err != nil {
-		return err
+	if !known {
+		if err := o.text("subsysnqn", &m.subsysNQN); err != nil {
+			return err
+		}
 	}
-	cntlid, err := r.number(dir, "cntlid", 16)
-	if err != nil {
+	c.SubsysNQN = m.subsysNQN
+	if c.KATO, err = parsed(o, "kato", &m.kato, parseInt); err != nil {
 		return err
-	}
-	c.CntlID = uint16(cntlid)
-	if c.SubsysNQN, err = r.attr(dir, "subsysnqn"); err != nil {
-		return err
-	}
-	kato, err := r.attr(dir, "kato")
-	if err != nil {
-		return err
-	}
-	if c.KATO, err = parseInt(kato); err != nil {
-		return fmt.Errorf("parse %s/kato: %w", dir, err)
 	}
 	// A PCIe controller's address is its PCI slot, not key=value pairs,
 	// and it has no fabrics options; nvme-loop publishes no address.
 	if !c.Fabrics() {
-		c.RawAddress, err = r.optional(dir, "address", entries)
+		err := o.optional("address", "address", entries, &m.rawAddress)
+		c.RawAddress = m.rawAddress
+		m.static = err == nil
 		return err
 	}
-	if c.Transport == "loop" {
-		c.RawAddress, err = r.optional(dir, "address", entries)
+	if c.Transport == "loop" && !slices.Contains(entries, "address") {
+		c.RawAddress, c.Address = "", Address{}
 	} else {
-		c.RawAddress, err = r.attr(dir, "address")
+		if c.Address, err = parsed(o, "address", &m.address, ParseAddress); err != nil {
+			return err
+		}
+		c.RawAddress = m.address.raw
 	}
-	if err != nil {
+	if !known {
+		if err := o.text("hostnqn", &m.hostNQN); err != nil {
+			return err
+		}
+	}
+	c.HostNQN = m.hostNQN
+	if c.CtrlLossTmo, err = parsed(o, "ctrl_loss_tmo", &m.lossTmo, ParseTimeout); err != nil {
 		return err
 	}
-	if c.Address, err = ParseAddress(c.RawAddress); err != nil {
-		return fmt.Errorf("parse %s/address: %w", dir, err)
-	}
-	if c.HostNQN, err = r.attr(dir, "hostnqn"); err != nil {
+	if c.ReconnectDelay, err = parsed(o, "reconnect_delay", &m.reconnect, ParseTimeout); err != nil {
 		return err
 	}
-	if c.CtrlLossTmo, err = r.timeout(dir, "ctrl_loss_tmo"); err != nil {
+	if c.FastIOFailTmo, err = parsed(o, "fast_io_fail_tmo", &m.fastIO, ParseTimeout); err != nil {
 		return err
 	}
-	if c.ReconnectDelay, err = r.timeout(dir, "reconnect_delay"); err != nil {
-		return err
-	}
-	c.FastIOFailTmo, err = r.timeout(dir, "fast_io_fail_tmo")
-	return err
+	m.static = true
+	return nil
 }
 
 // ana reads the optional ANA attributes of a leg or per-controller disk.
 // The kernel hides both when the controller does not use ANA; a leg being
 // deleted looks the same, because the kernel removes the disk's attribute
 // group (nsid, ana_state, ana_grpid, …) before its directory. So a missing
-// ana_state means "no ANA" only while the leg's nsid is still there.
-func (r *reader) ana(dir string, p *Path) error {
-	witness := dir + "/nsid"
-	state, ok, err := r.attrs.ReadOptionalAttr(dir + "/ana_state")
+// ana_state means "no ANA" only while the leg's nsid is still there. Both
+// change with every ANA log the controller reads: they are read every
+// time.
+func (p *pass) ana(o obj, dm *diskMemo, path *Path) error {
+	b, ok, err := o.d.ReadOptionalAttr(dm.paths.anaState)
 	if err != nil {
-		return r.diskGone(witness, r.vanished(dir, err))
+		return p.diskGone(o.d, dm.paths.nsid, o.vanished(err))
 	}
 	if !ok {
-		if _, err := r.fs.Stat(witness); err != nil {
-			return r.diskGone(witness, r.vanished(dir, err))
+		dm.anaState = ""
+		if _, err := o.d.Stat(dm.paths.nsid); err != nil {
+			return p.diskGone(o.d, dm.paths.nsid, o.vanished(err))
 		}
 		return nil
 	}
-	p.ANAState = ANAState(state)
+	dm.anaState = sysfs.Intern(b, dm.anaState)
+	path.ANAState = ANAState(dm.anaState)
 	// The kernel publishes ana_grpid together with ana_state.
-	grp, err := r.attr(dir, "ana_grpid")
+	b, err = o.d.ReadAttr(dm.paths.anaGroup)
 	if err != nil {
-		return r.diskGone(witness, err)
+		return p.diskGone(o.d, dm.paths.nsid, err)
 	}
-	g, err := parseUint(grp, 32)
-	if err != nil {
-		return fmt.Errorf("parse %s/ana_grpid: %w", dir, err)
+	if path.ANAGroup, err = dm.anaGroup.get(b, parseU32); err != nil {
+		return fmt.Errorf("parse %s/%s: %w", o.d.Rel(), dm.paths.anaGroup, err)
 	}
-	p.ANAGroup = uint32(g)
 	return nil
 }
 
 // diskGone turns a missing attribute of a namespace block device into
-// errVanished when witness is gone too: del_gendisk removes the disk's
-// block/<disk> link, then its attribute groups, then its directory, so a
-// read in between finds the directory without attributes. With the
-// witness still present a missing attribute stays an error.
-func (r *reader) diskGone(witness string, err error) error {
+// errVanished when witness (below d) is gone too: del_gendisk removes the
+// disk's block/<disk> link, then its attribute groups, then its
+// directory, so a read in between finds the directory without attributes.
+// With the witness still present a missing attribute stays an error.
+func (p *pass) diskGone(d sysfs.Dir, witness string, err error) error {
 	if err == nil || errors.Is(err, errVanished) || !sysfs.IsNotExist(err) {
 		return err
 	}
-	if _, serr := r.fs.Stat(witness); sysfs.IsNotExist(serr) {
+	if _, serr := d.Stat(witness); sysfs.IsNotExist(serr) {
 		return errVanished
 	}
 	return err
@@ -254,11 +395,11 @@ func (r *reader) diskGone(witness string, err error) error {
 // A leg must name s and c, and its head must exist in s; a leg whose head
 // is missing is a namespace being added or removed right now, and is
 // recorded as a Skip so that Inspect leaves s alone this time.
-func (r *reader) attach(s *Subsystem, c *Controller, devs []ctrlDisk) {
+func (p *pass) attach(s *Subsystem, c *Controller, devs []ctrlDisk) {
+	where := func(d ctrlDisk) string { return classNVMe + "/" + string(c.Name) + "/" + string(d.name) }
 	for _, d := range devs {
-		where := classNVMe + "/" + string(c.Name) + "/" + string(d.name)
 		if d.disk.isLeg() && (d.disk.first != s.Name.Instance() || d.disk.ctrl != c.Name.Instance()) {
-			r.skip(where, s.Name, fmt.Sprintf("leg name does not match %s and %s", s.Name, c.Name))
+			p.skip(where(d), s.Name, fmt.Sprintf("leg name does not match %s and %s", s.Name, c.Name))
 			continue
 		}
 		i := -1
@@ -270,7 +411,7 @@ func (r *reader) attach(s *Subsystem, c *Controller, devs []ctrlDisk) {
 		}
 		switch {
 		case i < 0 && d.disk.isLeg():
-			r.skip(where, s.Name, "leg without namespace head "+string(d.disk.headName()))
+			p.skip(where(d), s.Name, "leg without namespace head "+string(d.disk.headName()))
 			continue
 		case i < 0:
 			// The first per-controller disk of a namespace (multipath
