@@ -16,8 +16,8 @@ import (
 // Identity tells the directory of one kernel object apart from any other
 // directory that had, has or will have the same path: a controller that
 // reuses the name nvme3, a session re-created after a logout. It is the
-// device and inode number of the directory plus its mtime and ctime, all
-// from one stat.
+// device and inode number of the directory plus its mtime, from one
+// statx.
 //
 // Why this is sound on sysfs: kernfs numbers every node it creates from a
 // cyclic idr and keeps a generation counter in the upper 32 bits of the
@@ -28,20 +28,20 @@ import (
 // nodes of one boot ever share an inode number: a re-created directory
 // always has a new one. Where ino_t is 32 bits, the inode number is the
 // low half and repeats only after 2^31 further node allocations, and the
-// directory times (set when the inode is instantiated) must repeat too.
-// The times can also change while an object lives (kernfs re-instantiates
-// an evicted inode with the current time); that only makes a cache miss,
-// never a false match.
+// mtime (set when the inode is instantiated) must repeat too. The mtime
+// can also change while an object lives (kernfs re-instantiates an
+// evicted inode with the current time); that only makes a miss, never a
+// false match. kernfs does not touch a directory's times when children
+// come and go, so a controller keeps its identity while its legs do.
 //
 // On the filesystems tests materialize trees on (ext4, tmpfs) an inode
-// number freed by a removal can be handed to the next directory created;
-// the times then tell the directories apart when they differ, which is
-// why a test that re-creates an object under its name creates the new
-// directory before it removes the old one, as kernfs guarantees.
+// number freed by a removal can be handed to the next directory created,
+// which is why sysfs.Sync builds a re-created object's directory before
+// it removes the old one, and checks the inode changed.
 type Identity struct {
 	Dev, Ino uint64
-	// Mtime and Ctime are nanoseconds since the epoch.
-	Mtime, Ctime int64
+	// Mtime is nanoseconds since the epoch.
+	Mtime int64
 }
 
 // ModTime is the directory's mtime, as os.Stat reports it.
@@ -52,7 +52,6 @@ func identityOf(st *unix.Statx_t) Identity {
 		Dev:   unix.Mkdev(st.Dev_major, st.Dev_minor),
 		Ino:   st.Ino,
 		Mtime: st.Mtime.Sec*1e9 + int64(st.Mtime.Nsec),
-		Ctime: st.Ctime.Sec*1e9 + int64(st.Ctime.Nsec),
 	}
 }
 
@@ -142,6 +141,10 @@ func (d Dir) Names(prev []string) ([]string, error) {
 	r.refs = r.refs[:0]
 	if r.dents == nil {
 		r.dents = make([]byte, 8192)
+	}
+	// From the start, whatever an earlier call read.
+	if _, err := unix.Seek(d.fd, 0, 0); err != nil {
+		return nil, fmt.Errorf("list %s: %w", d.rel, &fs.PathError{Op: "seek", Path: d.full(""), Err: err})
 	}
 	for {
 		var n int
@@ -330,7 +333,7 @@ func downward(name string) bool {
 
 // statxMask asks statx for what an Identity holds (the device is always
 // returned).
-const statxMask = unix.STATX_INO | unix.STATX_MTIME | unix.STATX_CTIME
+const statxMask = unix.STATX_INO | unix.STATX_MTIME
 
 // openat and statx are the system calls with the path in the reader's
 // NUL-terminated scratch buffer: the string conversions of package unix

@@ -1,0 +1,217 @@
+package nvme
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+)
+
+// TestReader_EqualsAFreshReadAfterEveryKernelChange is the proof of the
+// incremental read: random topologies, each changed step by step the way
+// the kernel changes sysfs (nvmetest.Change: ANA flips, controllers dying
+// and re-appearing under the same name with other attributes,
+// namespaces added, removed and re-created, reconnects, timeouts,
+// subsystems re-created, …), and after every step one long-lived Reader
+// must return exactly what a fresh Read returns.
+func TestReader_EqualsAFreshReadAfterEveryKernelChange(t *testing.T) {
+	t.Parallel()
+	kinds := map[string]int{}
+	var incremental, fresh int
+	for seed := range 16 {
+		r := rand.New(rand.NewPCG(uint64(seed), 19))
+		i, f := checkChanges(t, r, 40, kinds)
+		incremental, fresh = incremental+i, fresh+f
+	}
+	for _, k := range changeKinds {
+		if kinds[k] == 0 {
+			t.Errorf("no %q change among the random steps: the property was not exercised", k)
+		}
+	}
+	// The reader must actually have remembered something.
+	if incremental >= fresh {
+		t.Errorf("incremental reads opened %d attribute files, fresh reads %d: nothing was kept", incremental, fresh)
+	}
+	t.Logf("changes: %v; attribute files read: incremental %d, fresh %d", kinds, incremental, fresh)
+}
+
+// changeKinds are words of nvmetest.Change's descriptions, one per kind
+// of change.
+var changeKinds = []string{"nothing", "ANA", "state", "reconnected", "timeouts", "iopolicy", "resized",
+	"deleted", "re-created in", "connected to", "added as head", "removed", "re-created for nsid",
+	"re-created for nqn", "removed with its controllers", "added with"}
+
+// FuzzReader runs the property above on topologies and change sequences
+// drawn from the fuzzer's seed.
+func FuzzReader(f *testing.F) {
+	for _, s := range []uint64{0, 7, 1 << 33} {
+		f.Add(s, s+3)
+	}
+	f.Fuzz(func(t *testing.T, a, b uint64) {
+		checkChanges(t, rand.New(rand.NewPCG(a, b)), 12, nil)
+	})
+}
+
+// checkChanges writes a random topology, applies steps random kernel
+// changes and compares a long-lived Reader with a fresh Read after each.
+// It returns the attribute files each kind of read opened, and counts
+// the kinds of change it applied in kinds.
+func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (incremental, fresh int) {
+	t.Helper()
+	topo := nvmetest.Random(r, randomLimits)
+	if r.IntN(2) == 0 {
+		topo = topo.MakeHealthy()
+	}
+	tree, err := nvmetest.NewTree(t.TempDir(), topo, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := NewReader(tree.FS())
+	history := []string{"initial"}
+	for step := 0; ; step++ {
+		before := reader.Counts().Reads
+		fr := NewReader(tree.FS())
+		want, werr := fr.Read()
+		got, gerr := reader.Read()
+		incremental += reader.Counts().Reads - before
+		fresh += fr.Counts().Reads
+		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+			t.Fatalf("after %s: fresh Read error %v, Reader error %v", strings.Join(history, "; "), werr, gerr)
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Fatalf("after %s: Reader differs from a fresh Read (-fresh +reader):\n%s", strings.Join(history, "; "), d)
+		}
+		if step == steps {
+			return incremental, fresh
+		}
+		next, what := nvmetest.Change(r, tree.Topology())
+		if err := tree.Apply(next); err != nil {
+			t.Fatalf("apply %s: %v", what, err)
+		}
+		history = append(history, what)
+		for _, k := range changeKinds {
+			if kinds != nil && strings.Contains(what, k) {
+				kinds[k]++
+			}
+		}
+	}
+}
+
+// A second read of an unchanged host reads only what can change: per
+// controller state, cntlid, kato, address and the three timeouts, per
+// leg ana_state and ana_grpid, per subsystem iopolicy, per head size.
+func TestReader_SecondReadReadsOnlyVolatileAttributes(t *testing.T) {
+	fsys := materialize(t, twoPathTopology().Fixture())
+	r := NewReader(fsys)
+	first, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := r.Counts()
+	second, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := r.Counts()
+	if d := cmp.Diff(first, second); d != "" {
+		t.Fatalf("second read differs (-first +second):\n%s", d)
+	}
+	const volatile = 2*7 + 4*2 + 1 + 2
+	got := sysfs.Counts{Reads: c2.Reads - c1.Reads, Lists: c2.Lists - c1.Lists, Stats: c2.Stats - c1.Stats}
+	// Lists: class/nvme-subsystem, class/nvme, the subsystem, two
+	// controllers. Stats: the two heads.
+	if want := (sysfs.Counts{Reads: volatile, Lists: 5, Stats: 2}); got != want {
+		t.Errorf("second read: %+v, want %+v (first read: %+v)", got, want, c1)
+	}
+	if c1.Reads <= volatile+10 {
+		t.Errorf("first read opened only %d files", c1.Reads)
+	}
+}
+
+// The Reader trusts an attribute fixed for an object's life only while
+// the object's directory is the one it read it from. The kernel never
+// rewrites such an attribute in place; a test that does sees the old
+// value until the object is re-created, which is what makes the property
+// test above more than a comparison of two full reads.
+func TestReader_StaticAttributesFollowTheDirectoryIdentity(t *testing.T) {
+	dir := t.TempDir()
+	topo := twoPathTopology()
+	tree, err := nvmetest.NewTree(dir, topo, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(tree.FS())
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	hostnqn := filepath.Join(dir, ctl(1), "hostnqn")
+	if err := os.Chmod(hostnqn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hostnqn, []byte("nqn.2014-08.org.nvmexpress:uuid:rewritten\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := h.Controller("nvme1"); c.HostNQN == "nqn.2014-08.org.nvmexpress:uuid:rewritten" {
+		t.Fatal("the Reader re-read hostnqn of an unchanged controller")
+	}
+
+	// The same name, a new controller: everything is read again.
+	topo.Subsystems[0].Controllers[1].Gen++
+	topo.Subsystems[0].Controllers[1].Age = time.Second
+	if err := tree.Apply(topo); err != nil {
+		t.Fatal(err)
+	}
+	h, err = r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(mustRead(t, tree.FS()), h); d != "" {
+		t.Errorf("after nvme1 was re-created (-fresh +reader):\n%s", d)
+	}
+}
+
+// The captures of real kernels replay through both readers with
+// identical results: each is read by one long-lived Reader right after
+// it replaced the previous one (every object new, names like nvme0 and
+// nvme-subsys0 reused) and once more unchanged, and both reads must equal
+// a fresh Read.
+func TestReader_ReplaysTheLabCaptures(t *testing.T) {
+	names, err := filepath.Glob(filepath.Join(fixtureDir, "*.sysfs"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no captures in %s (%v)", fixtureDir, err)
+	}
+	root := filepath.Join(t.TempDir(), "sys")
+	fsys := sysfs.New(root)
+	r := NewReader(fsys)
+	for round := range 2 {
+		for _, n := range names {
+			f, err := sysfs.LoadFixture(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sysfs.Replace(root, f, testNow); err != nil {
+				t.Fatal(err)
+			}
+			for _, when := range []string{"after the replacement", "unchanged"} {
+				got, err := r.Read()
+				if err != nil {
+					t.Fatalf("round %d, %s %s: %v", round, filepath.Base(n), when, err)
+				}
+				if d := cmp.Diff(mustRead(t, fsys), got); d != "" {
+					t.Errorf("round %d, %s %s (-fresh +reader):\n%s", round, filepath.Base(n), when, d)
+				}
+			}
+		}
+	}
+}
