@@ -135,4 +135,6 @@ func TestDir_NamesOfALargeDirectory(t *testing.T) {
 	}
 }
 
-func itoa3(i int) string { return string([]byte{byte('0' + i/100), byte('0' + i/10%10), byte('0' + i%10)}) }
+func itoa3(i int) string {
+	return string([]byte{byte('0' + i/100), byte('0' + i/10%10), byte('0' + i%10)})
+}
