@@ -224,7 +224,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
 		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
 		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,
-		Sessions: sessionHeal{healer: healer, sys: sys, metrics: m},
+		Sessions: newSessionHeal(healer, sys, m),
 	})
 	if err != nil {
 		return err

@@ -22,18 +22,23 @@ import (
 )
 
 // sessionHeal runs the iSCSI session heal in the monitor's tick: one read
-// of the iSCSI sysfs state, the healer's decisions, every decided verdict
-// in pathmend_repairs_total (as the NVMe heal's: kind SessionDown, scope
-// controller) and the recovery counters for every kick whose outcome is
-// known.
+// of the iSCSI sysfs state (through one Reader kept across ticks, which
+// reads what cannot change once per session), the healer's decisions,
+// every decided verdict in pathmend_repairs_total (as the NVMe heal's:
+// kind SessionDown, scope controller) and the recovery counters for every
+// kick whose outcome is known.
 type sessionHeal struct {
 	healer  *iscsi.SessionHealer
-	sys     sysfs.FS
+	reader  *iscsi.Reader
 	metrics *metrics.Metrics
 }
 
+func newSessionHeal(healer *iscsi.SessionHealer, sys sysfs.FS, m *metrics.Metrics) sessionHeal {
+	return sessionHeal{healer: healer, reader: iscsi.NewReader(sys), metrics: m}
+}
+
 func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
-	snap, err := iscsi.Read(s.sys, time.Now())
+	snap, err := s.reader.Read(time.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
 		return

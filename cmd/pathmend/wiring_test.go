@@ -50,7 +50,7 @@ func TestSessionHeal_VerdictsCountLikeTheNVMeHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	s := sessionHeal{healer: healer, sys: sysfs.New(sysRoot(t, "iscsi-session-free")), metrics: m}
+	s := newSessionHeal(healer, sysfs.New(sysRoot(t, "iscsi-session-free")), m)
 	c, _, err := volume.Parse(map[string]string{"transport": "iscsi", "iqn": "iqn.2024-01.io.pathmend.lab:lost", "portals": labPortals, "lun": "0"}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,10 +26,87 @@ const (
 // Read takes one snapshot of the iSCSI state below sys. at is stored as
 // Snapshot.At. A session, connection or LUN that disappears while it is
 // being read (a logout racing the read) is left out; any other missing
-// required attribute is an error naming its path. Read never writes.
+// required attribute is an error naming its path. Read never writes and
+// remembers nothing: every attribute is read (pathmend diagnose, the
+// attacher). A loop that reads the same node again and again keeps a
+// Reader instead.
 func Read(sys sysfs.FS, at time.Time) (*Snapshot, error) {
+	return NewReader(sys).Read(at)
+}
+
+// Reader takes snapshots of one node's iSCSI state again and again, as
+// the session heal does every tick, each equal to what Read would return
+// at that moment. Every directory is listed and every attribute that can
+// change while its object lives is read on every Read: session,
+// connection and SCSI device state, recovery_tmo, target_id,
+// initiatorname, the connection's current address and port, a LUN's WWID
+// (a rescan re-reads its VPD pages), disk and map sizes, a map's name,
+// slaves and holders. What iscsid fixes for a session's life is read once
+// per object and kept under the sysfs.Identity of its directory: the
+// session's class link target (its host and device), target name, TPGT
+// and iface; a connection's persistent address and port; a map's dm
+// UUID. A session re-created under a used name is read afresh.
+// docs/performance.md holds the facts each choice rests on.
+//
+// A Reader is safe for concurrent use; Reads are serialized.
+type Reader struct {
+	mu       sync.Mutex
+	attrs    *sysfs.AttrReader
+	pass     uint64
+	classes  map[string]*listing
+	sessions map[string]*sessionMemo
+	conns    map[string]*connMemo
+	maps     map[string]*mapMemo
+}
+
+// NewReader returns a Reader of sys that remembers nothing yet. It reads
+// nothing.
+func NewReader(sys sysfs.FS) *Reader {
+	return &Reader{
+		attrs:    sysfs.NewAttrReader(sys),
+		classes:  map[string]*listing{},
+		sessions: map[string]*sessionMemo{},
+		conns:    map[string]*connMemo{},
+		maps:     map[string]*mapMemo{},
+	}
+}
+
+// Counts returns the attribute reads, directory listings and stats the
+// Reader has made so far.
+func (r *Reader) Counts() sysfs.Counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attrs.Counts()
+}
+
+// Read takes one more snapshot; see Reader and the package function Read,
+// whose result and errors it matches.
+func (r *Reader) Read(at time.Time) (*Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pass++
+	p := &pass{r: r, sys: r.attrs.FS(), root: r.attrs.OpenRoot()}
+	defer p.root.Close()
+	snap, err := p.snapshot(at)
+	if err != nil {
+		return nil, err
+	}
+	r.prune()
+	klog.V(5).InfoS("Read iSCSI snapshot", "sessions", len(snap.Sessions), "hosts", len(snap.Hosts), "maps", len(snap.Maps))
+	return snap, nil
+}
+
+// pass carries one Read: the Reader's memory, the FS and its root held
+// open for the pass.
+type pass struct {
+	r    *Reader
+	sys  sysfs.FS
+	root sysfs.Dir
+}
+
+func (p *pass) snapshot(at time.Time) (*Snapshot, error) {
 	snap := &Snapshot{At: at}
-	names, err := optionalDir(sys, sessionClass)
+	names, err := p.list(sessionClass)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +114,7 @@ func Read(sys sysfs.FS, at time.Time) (*Snapshot, error) {
 		if !strings.HasPrefix(name, "session") {
 			continue
 		}
-		s, gone, err := readSession(sys, name)
+		s, gone, err := p.session(name)
 		if err != nil {
 			return nil, err
 		}
@@ -43,68 +122,90 @@ func Read(sys sysfs.FS, at time.Time) (*Snapshot, error) {
 			snap.Sessions = append(snap.Sessions, s)
 		}
 	}
-	sort.Slice(snap.Sessions, func(i, j int) bool { return snap.Sessions[i].ID < snap.Sessions[j].ID })
+	slices.SortFunc(snap.Sessions, func(a, b Session) int { return int(a.ID) - int(b.ID) })
 
 	// Connections are a class of their own; they name their session
 	// (connection<sid>:<cid>), so they are read after the sessions.
-	if err := readConnections(sys, snap); err != nil {
+	if err := p.connections(snap); err != nil {
 		return nil, err
 	}
-	if snap.Hosts, err = readHosts(sys); err != nil {
+	if snap.Hosts, err = p.hosts(); err != nil {
 		return nil, err
 	}
-	if snap.Maps, err = readMaps(sys); err != nil {
+	if snap.Maps, err = p.multipathMaps(); err != nil {
 		return nil, err
 	}
-	klog.V(5).InfoS("Read iSCSI snapshot", "sessions", len(snap.Sessions), "hosts", len(snap.Hosts), "maps", len(snap.Maps))
 	return snap, nil
 }
 
-// optionalDir lists a class directory; a missing one (module not loaded)
-// is empty, not an error.
-func optionalDir(sys sysfs.FS, rel string) ([]string, error) {
-	names, err := sys.ReadDir(rel)
-	if sysfs.IsNotExist(err) {
-		return nil, nil
+// listing is a directory's entries as last read.
+type listing struct{ names []string }
+
+// list lists a class directory; a missing one (module not loaded) is
+// empty, not an error.
+func (p *pass) list(rel string) ([]string, error) {
+	l := p.r.classes[rel]
+	if l == nil {
+		l = &listing{}
+		p.r.classes[rel] = l
 	}
+	names, err := p.listDir(p.root, rel, l.names)
+	l.names = names
 	return names, err
 }
 
-// readSession reads class/iscsi_session/<name> and the devices below the
+// listDir lists the directory name below d; prev is its last listing. A
+// missing directory lists nothing.
+func (p *pass) listDir(d sysfs.Dir, name string, prev []string) ([]string, error) {
+	sub, err := d.OpenDir(name)
+	if sysfs.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	return sub.Names(prev)
+}
+
+// session reads class/iscsi_session/<name> and the devices below the
 // session. gone is set when the session vanished during the read.
-func readSession(sys sysfs.FS, name string) (s Session, gone bool, err error) {
+func (p *pass) session(name string) (s Session, gone bool, err error) {
 	id, err := ParseSessionID(name)
 	if err != nil {
 		return Session{}, false, err
 	}
-	link := sessionClass + "/" + name
-	target, err := sys.ReadLink(link)
-	if sysfs.IsNotExist(err) {
-		return Session{}, true, nil
+	m := p.r.sessions[name]
+	if m == nil {
+		m = &sessionMemo{link: sessionClass + "/" + name}
+		p.r.sessions[name] = m
 	}
+	d, err := p.root.OpenDir(m.link)
 	if err != nil {
-		return Session{}, false, err
-	}
-	// The class link points at devices/platform/hostH/sessionN/iscsi_session/sessionN;
-	// the session device, which holds the targets, is two levels up.
-	dev := path.Join(sessionClass, target)
-	sessDev := path.Dir(path.Dir(dev))
-	host, err := ParseHostID(path.Base(path.Dir(sessDev)))
-	if err != nil {
-		return Session{}, false, fmt.Errorf("%s -> %s: %w", link, target, err)
-	}
-	s = Session{ID: id, Host: host}
-	// A missing attribute below a session whose link is gone too means
-	// the session was logged out while we read; anything else is a
-	// broken tree and an error.
-	if err := readSessionAttrs(sys, dev, &s); err != nil {
-		if vanished(sys, link, err) {
+		// A missing session whose class link is gone too was logged
+		// out while we read; a dangling link is a broken tree.
+		if vanished(p.sys, m.link, err) {
 			return Session{}, true, nil
 		}
 		return Session{}, false, err
 	}
-	if s.LUNs, err = readLUNs(sys, sessDev); err != nil {
-		if vanished(sys, link, err) {
+	defer d.Close()
+	m.seen = p.r.pass
+	if d.Identity() != m.id {
+		*m = sessionMemo{seen: m.seen, link: m.link, id: d.Identity()}
+	}
+	s = Session{ID: id}
+	// A missing attribute below a session whose link is gone too means
+	// the session was logged out while we read; anything else is a
+	// broken tree and an error.
+	if err := p.sessionAttrs(d, m, &s); err != nil {
+		if vanished(p.sys, m.link, err) {
+			return Session{}, true, nil
+		}
+		return Session{}, false, err
+	}
+	if s.LUNs, err = p.luns(m); err != nil {
+		if vanished(p.sys, m.link, err) {
 			return Session{}, true, nil
 		}
 		return Session{}, false, err
@@ -112,51 +213,101 @@ func readSession(sys sysfs.FS, name string) (s Session, gone bool, err error) {
 	return s, false, nil
 }
 
-func readSessionAttrs(sys sysfs.FS, dev string, s *Session) error {
-	state, err := sys.ReadAttr(dev + "/state")
-	if err != nil {
+// sessionAttrs reads the session's attributes. The class link target and
+// targetname, tpgt and ifacename are read once per session: iscsid sets
+// them at every login from the session's node record (found by exactly
+// target, portal and iface when iscsid adopts a session after a restart)
+// and refuses a login whose TPGT differs from the session's.
+func (p *pass) sessionAttrs(d sysfs.Dir, m *sessionMemo, s *Session) error {
+	if !m.static {
+		target, err := p.sys.ReadLink(m.link)
+		if err != nil {
+			return err
+		}
+		// The class link points at devices/platform/hostH/sessionN/iscsi_session/sessionN;
+		// the session device, which holds the targets, is two levels up.
+		sessDev := path.Dir(path.Dir(path.Join(sessionClass, target)))
+		host, err := ParseHostID(path.Base(path.Dir(sessDev)))
+		if err != nil {
+			return fmt.Errorf("%s -> %s: %w", m.link, target, err)
+		}
+		m.host, m.sessDev = host, sessDev
+		if err := text(d, "targetname", &m.targetName); err != nil {
+			return err
+		}
+		if m.tpgt, err = integer(d, "tpgt", &m.tpgtRaw); err != nil {
+			return err
+		}
+		if err := optionalName(d, "ifacename", &m.ifaceName); err != nil {
+			return err
+		}
+		m.static = true
+	}
+	s.Host, s.TargetName, s.TPGT, s.IfaceName = m.host, m.targetName, m.tpgt, m.ifaceName
+	if err := text(d, "state", &m.state); err != nil {
 		return err
 	}
-	s.State = SessionState(state)
-	if s.TargetName, err = sys.ReadAttr(dev + "/targetname"); err != nil {
+	s.State = SessionState(m.state)
+	var err error
+	if s.RecoveryTmo, err = integer(d, "recovery_tmo", &m.recoveryTmo); err != nil {
 		return err
 	}
-	tpgt, err := sys.ReadIntAttr(dev + "/tpgt")
-	if err != nil {
-		return err
-	}
-	tmo, err := sys.ReadIntAttr(dev + "/recovery_tmo")
-	if err != nil {
-		return err
-	}
-	s.TPGT, s.RecoveryTmo = int(tpgt), int(tmo)
-	// target_id, ifacename and initiatorname are published by every
-	// current kernel but are not needed to judge a session: optional.
+	// target_id and initiatorname are published by every current kernel
+	// but are not needed to judge a session: optional.
 	s.TargetID = -1
-	if v, ok, err := sys.ReadOptionalAttr(dev + "/target_id"); err != nil {
+	if b, ok, err := d.ReadOptionalAttr("target_id"); err != nil {
 		return err
-	} else if ok && v != "-1" {
+	} else if ok && string(b) != "-1" {
 		// The kernel prints -1 while a session has no target bound
 		// (during a logout): not an error, the id is just unknown.
-		if s.TargetID, err = parseNonNegative(v); err != nil {
-			return fmt.Errorf("parse %s/target_id: %w", dev, err)
+		m.targetID = sysfs.Intern(b, m.targetID)
+		if s.TargetID, err = parseNonNegative(m.targetID); err != nil {
+			return fmt.Errorf("parse %s/target_id: %w", d.Rel(), err)
 		}
 	}
-	if s.IfaceName, err = optionalName(sys, dev+"/ifacename"); err != nil {
+	if err := optionalName(d, "initiatorname", &m.initiatorName); err != nil {
 		return err
 	}
-	s.InitiatorName, err = optionalName(sys, dev+"/initiatorname")
-	return err
+	s.InitiatorName = m.initiatorName
+	return nil
+}
+
+// text reads a required attribute of d into *v, keeping *v's string when
+// the text did not change.
+func text(d sysfs.Dir, name string, v *string) error {
+	b, err := d.ReadAttr(name)
+	if err != nil {
+		return err
+	}
+	*v = sysfs.Intern(b, *v)
+	return nil
+}
+
+// integer reads a required decimal attribute of d; raw keeps its text.
+func integer(d sysfs.Dir, name string, raw *string) (int, error) {
+	if err := text(d, name, raw); err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(*raw, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s/%s: %w", d.Rel(), name, err)
+	}
+	return int(n), nil
 }
 
 // optionalName reads a name attribute that a transport may not publish;
 // the kernel prints an unset name as "(null)".
-func optionalName(sys sysfs.FS, rel string) (string, error) {
-	v, ok, err := sys.ReadOptionalAttr(rel)
-	if err != nil || !ok || v == "(null)" {
-		return "", err
+func optionalName(d sysfs.Dir, name string, v *string) error {
+	b, ok, err := d.ReadOptionalAttr(name)
+	if err != nil {
+		return err
 	}
-	return v, nil
+	if !ok || string(b) == "(null)" {
+		*v = ""
+		return nil
+	}
+	*v = sysfs.Intern(b, *v)
+	return nil
 }
 
 // vanished reports whether err is a missing entry below an object whose
@@ -169,16 +320,12 @@ func vanished(sys sysfs.FS, link string, err error) bool {
 	return sysfs.IsNotExist(serr)
 }
 
-// readConnections reads class/iscsi_connection/* and attaches each
+// connections reads class/iscsi_connection/* and attaches each
 // connection to its session.
-func readConnections(sys sysfs.FS, snap *Snapshot) error {
-	names, err := optionalDir(sys, connectionClass)
+func (p *pass) connections(snap *Snapshot) error {
+	names, err := p.list(connectionClass)
 	if err != nil {
 		return err
-	}
-	index := make(map[SessionID]int, len(snap.Sessions))
-	for i, s := range snap.Sessions {
-		index[s.ID] = i
 	}
 	for _, name := range names {
 		if !strings.HasPrefix(name, "connection") {
@@ -190,13 +337,13 @@ func readConnections(sys sysfs.FS, snap *Snapshot) error {
 		}
 		// A connection can outlive its session's listing by a moment
 		// during a logout: skip it rather than invent a session.
-		i, ok := index[id.Session]
+		i, ok := slices.BinarySearchFunc(snap.Sessions, id.Session, func(s Session, id SessionID) int { return int(s.ID) - int(id) })
 		if !ok {
 			continue // its session vanished during the read
 		}
-		c, err := readConnection(sys, id)
+		c, err := p.connection(name, id)
 		if err != nil {
-			if vanished(sys, connectionClass+"/"+name, err) {
+			if vanished(p.sys, connectionClass+"/"+name, err) {
 				continue
 			}
 			return err
@@ -204,61 +351,77 @@ func readConnections(sys sysfs.FS, snap *Snapshot) error {
 		snap.Sessions[i].Connections = append(snap.Sessions[i].Connections, c)
 	}
 	for i := range snap.Sessions {
-		cs := snap.Sessions[i].Connections
-		sort.Slice(cs, func(a, b int) bool { return cs[a].ID.CID < cs[b].ID.CID })
+		slices.SortFunc(snap.Sessions[i].Connections, func(a, b Connection) int { return a.ID.CID - b.ID.CID })
 	}
 	return nil
 }
 
-func readConnection(sys sysfs.FS, id ConnectionID) (Connection, error) {
-	dir := connectionClass + "/" + id.String()
+// connection reads class/iscsi_connection/<name>. persistent_address and
+// persistent_port are the session's portal in its node record, set by
+// iscsid at every login from that record: they are read once per
+// connection.
+func (p *pass) connection(name string, id ConnectionID) (Connection, error) {
+	m := p.r.conns[name]
+	if m == nil {
+		m = &connMemo{link: connectionClass + "/" + name}
+		p.r.conns[name] = m
+	}
+	d, err := p.root.OpenDir(m.link)
+	if err != nil {
+		return Connection{}, err
+	}
+	defer d.Close()
+	m.seen = p.r.pass
+	if d.Identity() != m.id {
+		*m = connMemo{seen: m.seen, link: m.link, id: d.Identity()}
+	}
 	c := Connection{ID: id}
-	state, err := sys.ReadAttr(dir + "/state")
-	if err != nil {
+	if err := text(d, "state", &m.state); err != nil {
 		return Connection{}, err
 	}
-	c.State = ConnState(state)
-	if c.PersistentAddress, err = sys.ReadAttr(dir + "/persistent_address"); err != nil {
-		return Connection{}, err
+	c.State = ConnState(m.state)
+	if !m.static {
+		if err := text(d, "persistent_address", &m.persistentAddress); err != nil {
+			return Connection{}, err
+		}
+		b, err := d.ReadAttr("persistent_port")
+		if err != nil {
+			return Connection{}, err
+		}
+		if m.persistentPort, err = parsePort(string(b)); err != nil {
+			return Connection{}, fmt.Errorf("parse %s/persistent_port: %w", d.Rel(), err)
+		}
+		m.static = true
 	}
-	port, err := sys.ReadAttr(dir + "/persistent_port")
-	if err != nil {
-		return Connection{}, err
-	}
-	if c.PersistentPort, err = parsePort(port); err != nil {
-		return Connection{}, fmt.Errorf("parse %s/persistent_port: %w", dir, err)
-	}
+	c.PersistentAddress, c.PersistentPort = m.persistentAddress, m.persistentPort
 	if c.State != ConnUp {
 		// address and port answer ENOTCONN while the connection is down.
 		return c, nil
 	}
-	addr, ok, err := readConnected(sys, dir+"/address")
+	ok, err := readConnected(d, "address", &m.address)
 	if err != nil || !ok {
 		return c, err
 	}
-	p, ok, err := readConnected(sys, dir+"/port")
+	ok, err = readConnected(d, "port", &m.port)
 	if err != nil || !ok {
 		return c, err
 	}
-	if c.Port, err = parsePort(p); err != nil {
-		return Connection{}, fmt.Errorf("parse %s/port: %w", dir, err)
+	if c.Port, err = parsePort(m.port); err != nil {
+		return Connection{}, fmt.Errorf("parse %s/port: %w", d.Rel(), err)
 	}
-	c.Address = addr
+	c.Address = m.address
 	return c, nil
 }
 
 // readConnected reads an attribute that answers ENOTCONN while its
 // connection is down (it may go down between reading state and this):
 // ok is false then, and that is not an error.
-func readConnected(sys sysfs.FS, rel string) (string, bool, error) {
-	v, err := sys.ReadAttr(rel)
+func readConnected(d sysfs.Dir, name string, v *string) (bool, error) {
+	err := text(d, name, v)
 	if errors.Is(err, syscall.ENOTCONN) {
-		return "", false, nil
+		return false, nil
 	}
-	if err != nil {
-		return "", false, err
-	}
-	return v, true, nil
+	return err == nil, err
 }
 
 // parsePort parses a TCP port as the kernel prints it.
@@ -270,11 +433,11 @@ func parsePort(s string) (int, error) {
 	return p, nil
 }
 
-// readHosts lists class/iscsi_host. Software iSCSI hosts publish nothing
+// hosts lists class/iscsi_host. Software iSCSI hosts publish nothing
 // pathmend needs beyond their number (ipaddress answers ENOTCONN without
 // a connection), so a Host is its ID.
-func readHosts(sys sysfs.FS) ([]Host, error) {
-	names, err := optionalDir(sys, hostClass)
+func (p *pass) hosts() ([]Host, error) {
+	names, err := p.list(hostClass)
 	if err != nil {
 		return nil, err
 	}
@@ -289,6 +452,25 @@ func readHosts(sys sysfs.FS) ([]Host, error) {
 		}
 		hosts = append(hosts, Host{ID: id})
 	}
-	sort.Slice(hosts, func(i, j int) bool { return hosts[i].ID < hosts[j].ID })
+	slices.SortFunc(hosts, func(a, b Host) int { return int(a.ID) - int(b.ID) })
 	return hosts, nil
+}
+
+// prune forgets the objects the last pass did not see.
+func (r *Reader) prune() {
+	for n, m := range r.sessions {
+		if m.seen != r.pass {
+			delete(r.sessions, n)
+		}
+	}
+	for n, m := range r.conns {
+		if m.seen != r.pass {
+			delete(r.conns, n)
+		}
+	}
+	for n, m := range r.maps {
+		if m.seen != r.pass {
+			delete(r.maps, n)
+		}
+	}
 }

@@ -130,7 +130,9 @@ func (d Dir) Rel() string { return d.rel }
 // Identity is the identity of the opened directory.
 func (d Dir) Identity() Identity { return d.id }
 
-// Names lists the entries of the directory, sorted, like FS.ReadDir. prev
+// Names lists the entries of the directory, sorted, like FS.ReadDir (an
+// empty directory lists as an empty, non-nil slice). d must come from
+// OpenDir. prev
 // is the caller's previous listing of the same directory (sorted, or
 // nil): when nothing changed, Names returns prev itself, and a new
 // listing reuses prev's strings for the names it still holds, so that an
@@ -168,7 +170,7 @@ func (d Dir) Names(prev []string) ([]string, error) {
 				break
 			}
 		}
-		if same {
+		if same && prev != nil {
 			return prev, nil
 		}
 	}

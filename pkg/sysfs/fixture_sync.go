@@ -2,6 +2,7 @@ package sysfs
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -35,13 +36,32 @@ func Sync(dir string, cur, next *Fixture, recreate []string, now time.Time) erro
 		return err
 	}
 	old, nu := index(cur), index(next)
+	// A re-created object exists before and after when its entry does, or
+	// (a directory the fixture leaves implicit) entries below it do.
+	exists := func(m map[string]Entry, r string) (Entry, bool) {
+		if e, ok := m[r]; ok {
+			return e, true
+		}
+		for p := range m {
+			if strings.HasPrefix(p, r+"/") {
+				return Entry{Kind: KindDir, Path: r}, true
+			}
+		}
+		return Entry{}, false
+	}
+	both := map[string][2]Entry{}
+	for _, r := range recreate {
+		oe, inOld := exists(old, r)
+		ne, inNew := exists(nu, r)
+		if inOld && inNew {
+			both[r] = [2]Entry{oe, ne}
+		}
+	}
 	// rebuilt reports whether p lies in (or is) a re-created object that
 	// exists before and after, whose whole subtree is written anew.
 	rebuilt := func(p string) bool {
-		for _, r := range recreate {
-			_, inOld := old[r]
-			_, inNew := nu[r]
-			if inOld && inNew && (p == r || strings.HasPrefix(p, r+"/")) {
+		for r := range both {
+			if p == r || strings.HasPrefix(p, r+"/") {
 				return true
 			}
 		}
@@ -52,13 +72,12 @@ func Sync(dir string, cur, next *Fixture, recreate []string, now time.Time) erro
 	// Re-created objects that exist before and after, outermost first;
 	// one inside another is rebuilt with it.
 	var done []string
-	for _, r := range slices.Sorted(slices.Values(recreate)) {
-		oe, inOld := old[r]
-		ne, inNew := nu[r]
-		if !inOld || !inNew || slices.ContainsFunc(done, func(d string) bool { return strings.HasPrefix(r, d+"/") }) {
-			continue // created or removed below, like any entry
+	for _, r := range slices.Sorted(maps.Keys(both)) {
+		if slices.ContainsFunc(done, func(d string) bool { return strings.HasPrefix(r, d+"/") }) {
+			continue // rebuilt with the object around it
 		}
 		done = append(done, r)
+		oe, ne := both[r][0], both[r][1]
 		if err := recreateEntry(dir, r, oe, ne, next, now); err != nil {
 			return fmt.Errorf("sync: re-create %s: %w", r, err)
 		}
@@ -304,4 +323,36 @@ func Replace(dir string, f *Fixture, now time.Time) error {
 		return fmt.Errorf("replace: %w", err)
 	}
 	return os.RemoveAll(dir + ".old")
+}
+
+// Tree is a fixture materialized in a directory and changed by Sync: a
+// test's stand-in for one kernel's sysfs over time.
+type Tree struct {
+	dir string
+	now time.Time
+	fx  *Fixture
+}
+
+// NewTree materializes f below dir (which must exist and be empty). Ages
+// count back from now, for this write and every later Apply.
+func NewTree(dir string, f *Fixture, now time.Time) (*Tree, error) {
+	if err := f.Materialize(dir, now); err != nil {
+		return nil, err
+	}
+	return &Tree{dir: dir, now: now, fx: f}, nil
+}
+
+// FS is the tree, for a reader.
+func (t *Tree) FS() FS { return New(t.dir) }
+
+// Dir is the directory the tree is materialized in.
+func (t *Tree) Dir() string { return t.dir }
+
+// Apply changes the tree to show next; see Sync for recreate.
+func (t *Tree) Apply(next *Fixture, recreate []string) error {
+	if err := Sync(t.dir, t.fx, next, recreate, t.now); err != nil {
+		return err
+	}
+	t.fx = next
+	return nil
 }

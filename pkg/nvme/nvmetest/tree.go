@@ -16,24 +16,19 @@ import (
 // are built anew with new inode numbers. It is what an incremental
 // reader must never be fooled by.
 type Tree struct {
-	dir  string
-	now  time.Time
+	*sysfs.Tree
 	topo Topology
-	fx   *sysfs.Fixture
 }
 
 // NewTree writes topo below dir (which must exist and be empty). Ages
 // count back from now, for this write and every later Apply.
 func NewTree(dir string, topo Topology, now time.Time) (*Tree, error) {
-	t := &Tree{dir: dir, now: now, topo: topo.Clone(), fx: topo.Fixture()}
-	if err := t.fx.Materialize(dir, now); err != nil {
+	st, err := sysfs.NewTree(dir, topo.Fixture(), now)
+	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	return &Tree{Tree: st, topo: topo.Clone()}, nil
 }
-
-// FS is the tree, for a reader.
-func (t *Tree) FS() sysfs.FS { return sysfs.New(t.dir) }
 
 // Topology is what the tree shows now.
 func (t *Tree) Topology() Topology { return t.topo.Clone() }
@@ -50,11 +45,10 @@ func (t *Tree) Apply(next Topology) error {
 			}
 		}
 	}
-	fx := next.Fixture()
-	if err := sysfs.Sync(t.dir, t.fx, fx, t.recreated(next), t.now); err != nil {
+	if err := t.Tree.Apply(next.Fixture(), t.recreated(next)); err != nil {
 		return err
 	}
-	t.topo, t.fx = next.Clone(), fx
+	t.topo = next
 	return nil
 }
 
