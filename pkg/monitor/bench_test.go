@@ -1,21 +1,17 @@
 package monitor
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/pathmend/pathmend/internal/sysbench"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -55,6 +51,22 @@ func benchNode(b *testing.B) (sysfs.FS, []volume.Record) {
 	return sysfs.New(dir), recs
 }
 
+// benchMonitor is a monitor of the staged volumes recs in repair mode
+// that fails the benchmark if it connects or tears down anything.
+func benchMonitor(b *testing.B, fsys sysfs.FS, recs []volume.Record) *Monitor {
+	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := New(Config{}, Deps{SysFS: fsys, Records: func() ([]volume.Record, error) { return recs, nil },
+		Policy: policy, Connector: refusingConnector{b}, Prober: TCPProber{Timeout: time.Millisecond}, Metrics: metrics.New(),
+		PathExists: func(string) bool { return true }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
 // BenchmarkTick is one monitor tick over 1,000 healthy staged volumes × 3
 // paths, in the steady state of a running plugin: the first tick (which
 // reads every attribute, as a restarted plugin does) runs before the
@@ -70,18 +82,8 @@ func benchNode(b *testing.B) (sysfs.FS, []volume.Record) {
 // os.ReadFile loop run right after each tick (timer stopped).
 func BenchmarkTick(b *testing.B) {
 	fsys, recs := benchNode(b)
-	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair})
-	if err != nil {
-		b.Fatal(err)
-	}
-	met := metrics.New()
-	m, err := New(Config{}, Deps{SysFS: fsys, Records: func() ([]volume.Record, error) { return recs, nil },
-		Policy: policy, Connector: refusingConnector{b}, Prober: TCPProber{Timeout: time.Millisecond}, Metrics: met,
-		PathExists: func(string) bool { return true }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	floor := readableFiles(b, fsys.Root())
+	m := benchMonitor(b, fsys, recs)
+	floor := sysbench.ReadableFiles(b, fsys.Root())
 	tick := func() {
 		rep := m.Tick(context.Background())
 		if len(rep.Defects) != 0 || len(rep.Connects) != 0 || len(rep.Skipped) != 0 {
@@ -90,24 +92,8 @@ func BenchmarkTick(b *testing.B) {
 	}
 	tick()
 	counts := m.nvme.Counts()
-	probe := syscr(b) - syscr(b) // the read(2) calls of one syscr, negated
-	var tickTime, floorTime time.Duration
-	var reads int64
 	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		before := syscr(b)
-		start := time.Now()
-		tick()
-		tickTime += time.Since(start)
-		reads += syscr(b) - before + probe
-		b.StopTimer()
-		start = time.Now()
-		readAll(b, floor)
-		floorTime += time.Since(start)
-		b.StartTimer()
-	}
-	b.StopTimer()
+	ratio, reads := sysbench.Ratio(b, floor, tick)
 	if st, _ := m.Status("vol-0999"); st.Paths.Live != benchPaths {
 		b.Fatalf("status = %+v", st)
 	}
@@ -116,76 +102,46 @@ func BenchmarkTick(b *testing.B) {
 	b.ReportMetric(float64(after.Reads-counts.Reads)/n, "files/op")
 	b.ReportMetric(float64(after.Lists-counts.Lists)/n, "dirs/op")
 	b.ReportMetric(float64(after.Stats-counts.Stats)/n, "stats/op")
-	b.ReportMetric(float64(reads)/n, "read-syscalls/op")
+	b.ReportMetric(reads, "read-syscalls/op")
 	b.ReportMetric(0, "processes/op") // the tick has no exec seam to start one
-	b.ReportMetric(float64(tickTime)/float64(floorTime), "floor-ratio")
+	b.ReportMetric(ratio, "floor-ratio")
 	// Steady-state resident memory after the ticks: the tree generation
 	// before the timer (a large in-memory fixture) is freed first, so
 	// this approximates a plugin process holding 1,000 volumes.
 	runtime.GC()
 	debug.FreeOSMemory()
-	b.ReportMetric(float64(procField(b, "/proc/self/status", "VmRSS:"))/1024, "RSS-MiB")
+	b.ReportMetric(sysbench.RSSMiB(b), "RSS-MiB")
+}
+
+// BenchmarkTickForgetful is BenchmarkTick with a monitor that remembers
+// nothing between ticks: every tick reads every attribute, as every tick
+// did before the Reader kept static attributes, and as a restarted
+// plugin's first tick does.
+func BenchmarkTickForgetful(b *testing.B) {
+	fsys, recs := benchNode(b)
+	m := benchMonitor(b, fsys, recs)
+	b.ReportAllocs()
+	ratio, reads := sysbench.Ratio(b, sysbench.ReadableFiles(b, fsys.Root()), func() {
+		m.nvme = nvme.NewReader(fsys)
+		if rep := m.Tick(context.Background()); len(rep.Defects)+len(rep.Connects)+len(rep.Skipped) != 0 {
+			b.Fatalf("healthy node: %+v", rep)
+		}
+	})
+	b.ReportMetric(reads, "read-syscalls/op")
+	b.ReportMetric(ratio, "floor-ratio")
 }
 
 // BenchmarkTickReadFloor reads the same attribute files with os.ReadFile:
-// what the tick's one pass over sysfs costs with nothing else around it.
+// what one pass over every attribute of the tree costs with nothing else
+// around it. The generated tree holds exactly the attributes pathmend
+// reads (and its write-only ones, which are not readable).
 func BenchmarkTickReadFloor(b *testing.B) {
 	fsys, _ := benchNode(b)
-	files := readableFiles(b, fsys.Root())
+	files := sysbench.ReadableFiles(b, fsys.Root())
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		readAll(b, files)
+		sysbench.ReadAll(b, files)
 	}
 	b.ReportMetric(float64(len(files)), "files/op")
-}
-
-// readAll reads every file with os.ReadFile.
-func readAll(b *testing.B, files []string) {
-	for _, f := range files {
-		if _, err := os.ReadFile(f); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// readableFiles lists every readable attribute of the tree; the generated
-// tree holds exactly the attributes pathmend reads (and its write-only
-// ones, which are not readable).
-func readableFiles(b *testing.B, root string) []string {
-	b.Helper()
-	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		if fi, err := d.Info(); err == nil && fi.Mode().Perm()&0o444 != 0 {
-			out = append(out, p)
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return out
-}
-
-func syscr(b *testing.B) int64 { return procField(b, "/proc/self/io", "syscr:") }
-
-func procField(b *testing.B, file, key string) int64 {
-	b.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		b.Skipf("%s: %v", file, err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), key); ok {
-			n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-			return n
-		}
-	}
-	b.Fatalf("%s has no %s", file, key)
-	return 0
 }
