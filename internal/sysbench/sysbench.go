@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,11 +76,14 @@ func procField(b testing.TB, file, key string) int64 {
 
 // Ratio runs op (timed by the benchmark) and then, with the timer
 // stopped, one floor pass over files, b.N times, and returns op's time
-// over the floor's and the read(2) calls per op.
+// over the floor's and the read(2) calls per op. The heap is collected
+// before each timed run, so that neither pays for the other's garbage
+// (a floor pass over a large tree leaves tens of megabytes).
 func Ratio(b *testing.B, files []string, op func()) (ratio, readsPerOp float64) {
 	probe := ReadSyscalls(b) - ReadSyscalls(b) // the calls of one probe, negated
 	var opTime, floorTime time.Duration
 	var reads int64
+	runtime.GC()
 	b.ResetTimer()
 	for b.Loop() {
 		before := ReadSyscalls(b)
@@ -88,9 +92,11 @@ func Ratio(b *testing.B, files []string, op func()) (ratio, readsPerOp float64) 
 		opTime += time.Since(start)
 		reads += ReadSyscalls(b) - before + probe
 		b.StopTimer()
+		runtime.GC()
 		start = time.Now()
 		ReadAll(b, files)
 		floorTime += time.Since(start)
+		runtime.GC()
 		b.StartTimer()
 	}
 	b.StopTimer()

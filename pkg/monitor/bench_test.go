@@ -122,7 +122,7 @@ func BenchmarkTickForgetful(b *testing.B) {
 	m := benchMonitor(b, fsys, recs)
 	b.ReportAllocs()
 	ratio, reads := sysbench.Ratio(b, sysbench.ReadableFiles(b, fsys.Root()), func() {
-		m.nvme = nvme.NewReader(fsys)
+		m.nvme = nvme.NewReader(fsys, nvme.ScopePaths)
 		if rep := m.Tick(context.Background()); len(rep.Defects)+len(rep.Connects)+len(rep.Skipped) != 0 {
 			b.Fatalf("healthy node: %+v", rep)
 		}

@@ -121,7 +121,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	if deps.PathExists == nil {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
-	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), nvme: nvme.NewReader(deps.SysFS),
+	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), nvme: nvme.NewReader(deps.SysFS, nvme.ScopePaths),
 		sem: make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}}, nil
 }
 

@@ -151,7 +151,7 @@ func BenchmarkInspectOnly(b *testing.B) {
 // alternation.
 func BenchmarkReaderRead(b *testing.B) {
 	fsys := benchTree(b)
-	r := NewReader(fsys)
+	r := NewReader(fsys, ScopeAll)
 	h, err := r.Read()
 	if err != nil {
 		b.Fatal(err)

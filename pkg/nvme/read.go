@@ -30,12 +30,35 @@ var errVanished = errors.New("vanished during the read")
 // read is a race with the kernel, not an error: it is left out and listed
 // in Host.Skipped.
 func Read(fsys sysfs.FS) (*Host, error) {
-	return NewReader(fsys).Read()
+	return NewReader(fsys, ScopeAll).Read()
 }
+
+// Scope is what a Reader reads.
+type Scope uint8
+
+const (
+	// ScopeAll reads every attribute of the model: a Reader's Host
+	// equals what Read returns.
+	ScopeAll Scope = iota
+	// ScopePaths reads what diagnosis (Inspect), path reports
+	// (ReportPaths) and reconnection (ControllersTo, Locate) decide on:
+	// every attribute fixed for an object's life (read once per object),
+	// plus the presence of every object, controller state and creation
+	// time and the ANA state of every leg, read every time. The
+	// attributes that change while an object lives and that no decision
+	// reads are left zero, not read: Controller.CntlID, KATO,
+	// CtrlLossTmo, ReconnectDelay, FastIOFailTmo, RawAddress and
+	// Address.SrcAddr (the rest of Address is the controller's fabrics
+	// options, fixed at its creation), Subsystem.IOPolicy,
+	// Namespace.Sectors and Path.ANAGroup. A ScopePaths Host equals a
+	// ScopeAll Host with those fields zeroed; the monitor reads this way.
+	ScopePaths
+)
 
 // Reader reads the NVMe state of one host again and again, as the
 // monitor does every tick, and returns a Host equal to what Read would
-// return at that moment. It lists every directory and re-reads every
+// return at that moment (with ScopePaths: to it with the fields that
+// scope leaves out zeroed). It lists every directory and re-reads every
 // attribute that can change while its kernel object lives (controller
 // state, cntlid, kato, address and timeouts, ANA state and group, iopolicy,
 // namespace size) on every Read, and reads the attributes that cannot
@@ -49,6 +72,7 @@ func Read(fsys sysfs.FS) (*Host, error) {
 // A Reader is safe for concurrent use; Reads are serialized.
 type Reader struct {
 	mu    sync.Mutex
+	scope Scope
 	attrs *sysfs.AttrReader
 	// pass numbers the Reads; a memo not seen by the last successful
 	// pass is dropped.
@@ -62,10 +86,11 @@ type Reader struct {
 	devs  []ctrlDisk
 }
 
-// NewReader returns a Reader of fsys that remembers nothing yet. It reads
-// nothing.
-func NewReader(fsys sysfs.FS) *Reader {
+// NewReader returns a Reader of fsys, reading scope, that remembers
+// nothing yet. It reads nothing.
+func NewReader(fsys sysfs.FS, scope Scope) *Reader {
 	return &Reader{
+		scope:       scope,
 		attrs:       sysfs.NewAttrReader(fsys),
 		subsystems:  map[SubsystemName]*subsysMemo{},
 		controllers: map[ControllerName]*ctrlMemo{},
@@ -110,7 +135,7 @@ type pass struct {
 // host is one Read: subsystems with their namespaces, then controllers
 // with their legs, hung on their subsystems.
 func (p *pass) host() (*Host, error) {
-	h := &Host{}
+	h := &Host{Scope: p.r.scope}
 	subNames, err := p.list(classSubsystem, &p.r.subsysClass, func(n string) bool { return SubsystemName(n).Instance() >= 0 })
 	if err != nil {
 		return nil, err

@@ -47,8 +47,10 @@ func (p *pass) subsystem(name SubsystemName) (Subsystem, error) {
 		}
 		m.static = true
 	}
-	if err := o.optional("iopolicy", "iopolicy", entries, &m.iopolicy); err != nil {
-		return Subsystem{}, err
+	if p.r.scope == ScopeAll {
+		if err := o.optional("iopolicy", "iopolicy", entries, &m.iopolicy); err != nil {
+			return Subsystem{}, err
+		}
 	}
 	if m.from == nil || !sameSlice(entries, m.from) {
 		m.deriveMembers(entries)
@@ -169,6 +171,9 @@ func (p *pass) identity(o obj, dm *diskMemo, ns *Namespace) error {
 		dm.static = true
 	}
 	ns.NSID, ns.NGUID, ns.UUID, ns.WWID = dm.nsid, dm.nguid, dm.uuid, dm.wwid
+	if p.r.scope != ScopeAll {
+		return nil
+	}
 	var err error
 	ns.Sectors, err = parsed(o, dm.paths.size, &dm.size, parseU64)
 	return err
@@ -285,7 +290,7 @@ func (p *pass) ctrlDisk(d sysfs.Dir, entry string, dm *diskMemo, cd *ctrlDisk) e
 // src_addr follows the connection) and the writable timeouts are read
 // every time.
 func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controller) error {
-	known := m.static
+	known, all := m.static, p.r.scope == ScopeAll
 	if err := o.text("state", &m.state); err != nil {
 		return err
 	}
@@ -297,8 +302,10 @@ func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controll
 	}
 	c.Transport = m.transport
 	var err error
-	if c.CntlID, err = parsed(o, "cntlid", &m.cntlid, parseU16); err != nil {
-		return err
+	if all {
+		if c.CntlID, err = parsed(o, "cntlid", &m.cntlid, parseU16); err != nil {
+			return err
+		}
 	}
 	if !known {
 		if err := o.text("subsysnqn", &m.subsysNQN); err != nil {
@@ -306,24 +313,37 @@ func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controll
 		}
 	}
 	c.SubsysNQN = m.subsysNQN
-	if c.KATO, err = parsed(o, "kato", &m.kato, parseInt); err != nil {
-		return err
+	if all {
+		if c.KATO, err = parsed(o, "kato", &m.kato, parseInt); err != nil {
+			return err
+		}
 	}
 	// A PCIe controller's address is its PCI slot, not key=value pairs,
 	// and it has no fabrics options; nvme-loop publishes no address.
 	if !c.Fabrics() {
-		err := o.optional("address", "address", entries, &m.rawAddress)
-		c.RawAddress = m.rawAddress
+		if all {
+			err = o.optional("address", "address", entries, &m.rawAddress)
+			c.RawAddress = m.rawAddress
+		}
 		m.static = err == nil
 		return err
 	}
-	if c.Transport == "loop" && !slices.Contains(entries, "address") {
+	switch {
+	case c.Transport == "loop" && !slices.Contains(entries, "address"):
 		c.RawAddress, c.Address = "", Address{}
-	} else {
+	case all || !m.address.ok:
 		if c.Address, err = parsed(o, "address", &m.address, ParseAddress); err != nil {
 			return err
 		}
 		c.RawAddress = m.address.raw
+	default:
+		c.Address = m.address.val
+	}
+	if !all {
+		// The fabrics options (traddr, trsvcid, host_traddr,
+		// host_iface) are fixed at the controller's creation; src_addr
+		// follows its connection and is not read in this scope.
+		c.RawAddress, c.Address.SrcAddr = "", ""
 	}
 	if !known {
 		if err := o.text("hostnqn", &m.hostNQN); err != nil {
@@ -331,14 +351,16 @@ func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controll
 		}
 	}
 	c.HostNQN = m.hostNQN
-	if c.CtrlLossTmo, err = parsed(o, "ctrl_loss_tmo", &m.lossTmo, ParseTimeout); err != nil {
-		return err
-	}
-	if c.ReconnectDelay, err = parsed(o, "reconnect_delay", &m.reconnect, ParseTimeout); err != nil {
-		return err
-	}
-	if c.FastIOFailTmo, err = parsed(o, "fast_io_fail_tmo", &m.fastIO, ParseTimeout); err != nil {
-		return err
+	if all {
+		if c.CtrlLossTmo, err = parsed(o, "ctrl_loss_tmo", &m.lossTmo, ParseTimeout); err != nil {
+			return err
+		}
+		if c.ReconnectDelay, err = parsed(o, "reconnect_delay", &m.reconnect, ParseTimeout); err != nil {
+			return err
+		}
+		if c.FastIOFailTmo, err = parsed(o, "fast_io_fail_tmo", &m.fastIO, ParseTimeout); err != nil {
+			return err
+		}
 	}
 	m.static = true
 	return nil
@@ -365,6 +387,9 @@ func (p *pass) ana(o obj, dm *diskMemo, path *Path) error {
 	}
 	dm.anaState = sysfs.Intern(b, dm.anaState)
 	path.ANAState = ANAState(dm.anaState)
+	if p.r.scope != ScopeAll {
+		return nil
+	}
 	// The kernel publishes ana_grpid together with ana_state.
 	b, err = o.d.ReadAttr(dm.paths.anaGroup)
 	if err != nil {

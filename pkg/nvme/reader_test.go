@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,11 +74,12 @@ func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := NewReader(tree.FS())
+	reader := NewReader(tree.FS(), ScopeAll)
+	paths := NewReader(tree.FS(), ScopePaths)
 	history := []string{"initial"}
 	for step := 0; ; step++ {
 		before := reader.Counts().Reads
-		fr := NewReader(tree.FS())
+		fr := NewReader(tree.FS(), ScopeAll)
 		want, werr := fr.Read()
 		got, gerr := reader.Read()
 		incremental += reader.Counts().Reads - before
@@ -87,6 +89,9 @@ func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (
 		}
 		if d := cmp.Diff(want, got); d != "" {
 			t.Fatalf("after %s: Reader differs from a fresh Read (-fresh +reader):\n%s", strings.Join(history, "; "), d)
+		}
+		if werr == nil {
+			checkPathScope(t, paths, want, strings.Join(history, "; "))
 		}
 		if step == steps {
 			return incremental, fresh
@@ -104,12 +109,74 @@ func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (
 	}
 }
 
+// checkPathScope compares a long-lived ScopePaths Reader with full, a
+// fresh full read of the same tree: its Host must be full with the
+// fields the scope leaves out zeroed, and every decision taken on it
+// (Inspect, ReportPaths, ControllersTo for every endpoint of every
+// namespace's volume) must be the one taken on full.
+func checkPathScope(t *testing.T, paths *Reader, full *Host, history string) {
+	t.Helper()
+	got, err := paths.Read()
+	if err != nil {
+		t.Fatalf("after %s: ScopePaths Reader: %v", history, err)
+	}
+	if d := cmp.Diff(pathScope(full), got); d != "" {
+		t.Fatalf("after %s: ScopePaths Reader differs from the projected fresh Read (-fresh +reader):\n%s", history, d)
+	}
+	exps := volumesOf(full)
+	if d := cmp.Diff(Inspect(full, exps), Inspect(got, exps)); d != "" {
+		t.Fatalf("after %s: Inspect decides otherwise on the ScopePaths Host (-full +paths):\n%s", history, d)
+	}
+	for _, e := range exps {
+		if d := cmp.Diff(ReportPaths(full, e), ReportPaths(got, e)); d != "" {
+			t.Fatalf("after %s: ReportPaths(%s) differs on the ScopePaths Host (-full +paths):\n%s", history, e.VolumeID, d)
+		}
+		for _, ep := range e.Endpoints {
+			names := func(cs []*Controller) (out []ControllerName) {
+				for _, c := range cs {
+					out = append(out, c.Name)
+				}
+				return out
+			}
+			if d := cmp.Diff(names(ControllersTo(full, e.NQN, ep)), names(ControllersTo(got, e.NQN, ep))); d != "" {
+				t.Fatalf("after %s: ControllersTo(%s) differs on the ScopePaths Host:\n%s", history, ep, d)
+			}
+		}
+	}
+}
+
+// pathScope is h as a ScopePaths read sees it: a copy with the fields
+// the scope does not read zeroed. It is the test's own statement of the
+// scope, independent of the reader's.
+func pathScope(h *Host) *Host {
+	out := &Host{Scope: ScopePaths, Skipped: h.Skipped, Controllers: slices.Clone(h.Controllers), Subsystems: slices.Clone(h.Subsystems)}
+	for i := range out.Controllers {
+		c := &out.Controllers[i]
+		c.CntlID, c.KATO, c.RawAddress, c.Address.SrcAddr = 0, 0, "", ""
+		c.CtrlLossTmo, c.ReconnectDelay, c.FastIOFailTmo = Timeout{}, Timeout{}, Timeout{}
+	}
+	for i := range out.Subsystems {
+		s := &out.Subsystems[i]
+		s.IOPolicy = ""
+		s.Namespaces = slices.Clone(s.Namespaces)
+		for j := range s.Namespaces {
+			ns := &s.Namespaces[j]
+			ns.Sectors = 0
+			ns.Paths = slices.Clone(ns.Paths)
+			for k := range ns.Paths {
+				ns.Paths[k].ANAGroup = 0
+			}
+		}
+	}
+	return out
+}
+
 // A second read of an unchanged host reads only what can change: per
 // controller state, cntlid, kato, address and the three timeouts, per
 // leg ana_state and ana_grpid, per subsystem iopolicy, per head size.
 func TestReader_SecondReadReadsOnlyVolatileAttributes(t *testing.T) {
 	fsys := materialize(t, twoPathTopology().Fixture())
-	r := NewReader(fsys)
+	r := NewReader(fsys, ScopeAll)
 	first, err := r.Read()
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +214,7 @@ func TestReader_StaticAttributesFollowTheDirectoryIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewReader(tree.FS())
+	r := NewReader(tree.FS(), ScopeAll)
 	if _, err := r.Read(); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +260,7 @@ func TestReader_ReplaysTheLabCaptures(t *testing.T) {
 	}
 	root := filepath.Join(t.TempDir(), "sys")
 	fsys := sysfs.New(root)
-	r := NewReader(fsys)
+	r := NewReader(fsys, ScopeAll)
 	for round := range 2 {
 		for _, n := range names {
 			f, err := sysfs.LoadFixture(n)
@@ -213,5 +280,24 @@ func TestReader_ReplaysTheLabCaptures(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A ScopePaths Reader reading an unchanged host again reads only
+// controller state and ANA state, besides listing every directory and
+// stating every head.
+func TestReader_PathScopeReadsStateAndANAStateOnly(t *testing.T) {
+	r := NewReader(materialize(t, twoPathTopology().Fixture()), ScopePaths)
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	c1 := r.Counts()
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := r.Counts()
+	got := sysfs.Counts{Reads: c2.Reads - c1.Reads, Lists: c2.Lists - c1.Lists, Stats: c2.Stats - c1.Stats}
+	if want := (sysfs.Counts{Reads: 2 + 4, Lists: 5, Stats: 2}); got != want {
+		t.Errorf("second read: %+v, want %+v", got, want)
 	}
 }
