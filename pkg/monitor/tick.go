@@ -94,6 +94,7 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 	// 3, 4. reconcile optimized, then non-optimized, per volume.
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	idx := nvme.NewIndex(host)
 	notes := map[string][]string{}
 	inUse := map[string]bool{}
 	for _, e := range exps {
@@ -107,7 +108,7 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 			opt, others := nvme.OrderedEndpoints(n)
 			var conn, skip, note []string
 			for _, group := range [][]volume.Endpoint{opt, others} {
-				c, s := m.reconcile(ctx, host, removed, n, group)
+				c, s := m.reconcile(ctx, idx, removed, n, group)
 				conn, skip = append(conn, c...), append(skip, s...)
 			}
 			for _, s := range skip {
@@ -146,10 +147,10 @@ func anyRemoved(outs []heal.Outcome) bool {
 // reconcile connects every endpoint of group that has no present
 // controller. Present is any state but deleting or dead, minus what this
 // tick removed: a controller the kernel is reconnecting is left to it.
-func (m *Monitor) reconcile(ctx context.Context, host *nvme.Host, removed map[nvme.ControllerName]bool, n *volume.NVMeTCP, group []volume.Endpoint) (connected, skipped []string) {
+func (m *Monitor) reconcile(ctx context.Context, idx *nvme.Index, removed map[nvme.ControllerName]bool, n *volume.NVMeTCP, group []volume.Endpoint) (connected, skipped []string) {
 	for _, ep := range group {
 		present := false
-		for _, c := range nvme.ControllersTo(host, n.NQN, ep) {
+		for _, c := range idx.ControllersTo(n.NQN, ep) {
 			if !removed[c.Name] {
 				present = true
 			}
@@ -167,7 +168,7 @@ func (m *Monitor) reconcile(ctx context.Context, host *nvme.Host, removed map[nv
 			skipped = append(skipped, fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format(time.TimeOnly), lastErr))
 			continue
 		}
-		if err := m.connect(ctx, host, n, ep); err != nil {
+		if err := m.connect(ctx, idx.Host(), n, ep); err != nil {
 			until := m.back.failure(key, now, err)
 			klog.InfoS("Path not reconnected", "nqn", n.NQN, "endpoint", ep.String(), "err", err.Error(), "retryAt", until.Format(time.RFC3339))
 			skipped = append(skipped, fmt.Sprintf("%s: %v", ep, err))
@@ -229,8 +230,9 @@ func siblingSecrets(m *Monitor, host *nvme.Host, nqn string) volume.Secrets {
 // metrics.
 func (m *Monitor) updateStatus(host *nvme.Host, exps []nvme.Expectation, rep *Report, notes map[string][]string) {
 	status := map[string]VolumeStatus{}
+	idx := nvme.NewIndex(host)
 	for _, e := range exps {
-		pr := nvme.ReportPaths(host, e)
+		pr := idx.ReportPaths(e)
 		st := VolumeStatus{Paths: pr, Notes: notes[e.VolumeID]}
 		for _, o := range rep.Outcomes {
 			if nvme.Concerns(host, o.Defect, e) {
