@@ -129,10 +129,10 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 	// tick reads sysfs once.
 	if len(rep.Connects) > 0 || anyRemoved(rep.Outcomes) {
 		if h, err := m.nvme.Read(); err == nil {
-			host = h
+			idx = nvme.NewIndex(h)
 		}
 	}
-	m.updateStatus(host, exps, rep, notes)
+	m.updateStatus(idx, exps, rep, notes)
 }
 
 func anyRemoved(outs []heal.Outcome) bool {
@@ -228,9 +228,9 @@ func siblingSecrets(m *Monitor, host *nvme.Host, nqn string) volume.Secrets {
 
 // updateStatus records what the tick saw per volume and feeds the path
 // metrics.
-func (m *Monitor) updateStatus(host *nvme.Host, exps []nvme.Expectation, rep *Report, notes map[string][]string) {
+func (m *Monitor) updateStatus(idx *nvme.Index, exps []nvme.Expectation, rep *Report, notes map[string][]string) {
+	host := idx.Host()
 	status := map[string]VolumeStatus{}
-	idx := nvme.NewIndex(host)
 	for _, e := range exps {
 		pr := idx.ReportPaths(e)
 		st := VolumeStatus{Paths: pr, Notes: notes[e.VolumeID]}

@@ -14,18 +14,36 @@ type Index struct {
 	subsystem  map[string][]*Subsystem
 }
 
-// NewIndex indexes the controllers and subsystems of h by NQN.
+// NewIndex indexes the controllers and subsystems of h by NQN. It
+// allocates a few arrays, not one slice per NQN: a monitor builds one
+// every tick.
 func NewIndex(h *Host) *Index {
-	x := &Index{h: h, controller: map[string][]*Controller{}, subsystem: map[string][]*Subsystem{}}
-	for i := range h.Controllers {
-		c := &h.Controllers[i]
-		x.controller[c.SubsysNQN] = append(x.controller[c.SubsysNQN], c)
+	return &Index{
+		h:          h,
+		controller: group(h.Controllers, func(c *Controller) string { return c.SubsysNQN }),
+		subsystem:  group(h.Subsystems, func(s *Subsystem) string { return s.NQN }),
 	}
-	for i := range h.Subsystems {
-		s := &h.Subsystems[i]
-		x.subsystem[s.NQN] = append(x.subsystem[s.NQN], s)
+}
+
+// group maps key(&items[i]) to the items with that key, in order, all
+// slices cut from one backing array.
+func group[T any](items []T, key func(*T) string) map[string][]*T {
+	count := make(map[string]int, len(items))
+	for i := range items {
+		count[key(&items[i])]++
 	}
-	return x
+	backing := make([]*T, len(items))
+	m := make(map[string][]*T, len(count))
+	for i := range items {
+		k := key(&items[i])
+		s, ok := m[k]
+		if !ok {
+			n := count[k]
+			s, backing = backing[:0:n], backing[n:]
+		}
+		m[k] = append(s, &items[i])
+	}
+	return m
 }
 
 // Host is the Host indexed.
@@ -44,13 +62,7 @@ func (x *Index) ControllersTo(nqn string, ep volume.Endpoint) []*Controller {
 
 // Locate is Locate(x.Host(), e).
 func (x *Index) Locate(e Expectation) (Located, error) {
-	return locate(x.h, e, func(yield func(*Subsystem) bool) {
-		for _, s := range x.subsystem[e.NQN] {
-			if !yield(s) {
-				return
-			}
-		}
-	})
+	return locate(x.h, e, x.subsystem[e.NQN])
 }
 
 // ReportPaths is ReportPaths(x.Host(), e).

@@ -32,26 +32,21 @@ type Located struct {
 // the NQN (AmbiguousHead), the one whose namespace has a usable path wins,
 // so a lookup never returns the stale instance's device.
 func Locate(h *Host, e Expectation) (Located, error) {
-	return locate(h, e, subsystemsOf(h, e.NQN))
-}
-
-// subsystemsOf yields the subsystem instances of h that answer nqn, in
-// instance order.
-func subsystemsOf(h *Host, nqn string) func(func(*Subsystem) bool) {
-	return func(yield func(*Subsystem) bool) {
-		for i := range h.Subsystems {
-			if h.Subsystems[i].NQN == nqn && !yield(&h.Subsystems[i]) {
-				return
-			}
+	var subs []*Subsystem
+	for i := range h.Subsystems {
+		if h.Subsystems[i].NQN == e.NQN {
+			subs = append(subs, &h.Subsystems[i])
 		}
 	}
+	return locate(h, e, subs)
 }
 
-// locate is Locate over the subsystems subs yields, which answer e's NQN.
-func locate(h *Host, e Expectation, subs func(func(*Subsystem) bool)) (Located, error) {
+// locate is Locate over subs, the subsystem instances of h that answer
+// e's NQN, in instance order.
+func locate(h *Host, e Expectation, subs []*Subsystem) (Located, error) {
 	var candidates []Located
 	connected := false
-	for s := range subs {
+	for _, s := range subs {
 		connected = true
 		for j := range s.Namespaces {
 			ns := &s.Namespaces[j]

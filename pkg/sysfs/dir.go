@@ -72,6 +72,8 @@ type Dir struct {
 	rel string
 	fd  int
 	id  Identity
+	// listed is set once Names has read the directory to its end.
+	listed bool
 }
 
 // OpenRoot opens the root of the FS for a pass: directories opened
@@ -137,17 +139,20 @@ func (d Dir) Identity() Identity { return d.id }
 // nil): when nothing changed, Names returns prev itself, and a new
 // listing reuses prev's strings for the names it still holds, so that an
 // unchanged directory costs no allocation.
-func (d Dir) Names(prev []string) ([]string, error) {
+func (d *Dir) Names(prev []string) ([]string, error) {
 	r := d.r
 	r.names = r.names[:0]
 	r.refs = r.refs[:0]
 	if r.dents == nil {
 		r.dents = make([]byte, 8192)
 	}
-	// From the start, whatever an earlier call read.
-	if _, err := unix.Seek(d.fd, 0, 0); err != nil {
-		return nil, fmt.Errorf("list %s: %w", d.rel, &fs.PathError{Op: "seek", Path: d.full(""), Err: err})
+	// A second listing starts again from the start.
+	if d.listed {
+		if _, err := unix.Seek(d.fd, 0, 0); err != nil {
+			return nil, fmt.Errorf("list %s: %w", d.rel, &fs.PathError{Op: "seek", Path: d.full(""), Err: err})
+		}
 	}
+	d.listed = true
 	for {
 		var n int
 		err := ignoringEINTR(func() (err error) { n, err = unix.Getdents(d.fd, r.dents); return err })
