@@ -18,7 +18,7 @@ import (
 func TestIndex_AnswersAsTheScans(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 19))
-	for i := range 60 {
+	for i := range 30 {
 		h := readTopology(t, nvmetest.Random(r, randomLimits))
 		x := NewIndex(h)
 		exps := volumesOf(h)

@@ -26,9 +26,9 @@ func TestReader_EqualsAFreshReadAfterEveryKernelChange(t *testing.T) {
 	t.Parallel()
 	kinds := map[string]int{}
 	var incremental, fresh int
-	for seed := range 16 {
+	for seed := range 10 {
 		r := rand.New(rand.NewPCG(uint64(seed), 19))
-		i, f := checkChanges(t, r, 40, kinds)
+		i, f := checkChanges(t, r, 32, kinds)
 		incremental, fresh = incremental+i, fresh+f
 	}
 	for _, k := range changeKinds {
