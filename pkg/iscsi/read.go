@@ -3,6 +3,7 @@ package iscsi
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -177,35 +178,34 @@ func (p *pass) session(name string) (s Session, gone bool, err error) {
 	}
 	m := p.r.sessions[name]
 	if m == nil {
-		m = &sessionMemo{link: sessionClass + "/" + name}
+		m = &sessionMemo{object: object{rel: sessionClass + "/" + name}}
 		p.r.sessions[name] = m
 	}
-	d, err := p.root.OpenDir(m.link)
+	d, same, err := p.open(&m.object)
 	if err != nil {
 		// A missing session whose class link is gone too was logged
 		// out while we read; a dangling link is a broken tree.
-		if vanished(p.sys, m.link, err) {
+		if vanished(p.sys, m.rel, err) {
 			return Session{}, true, nil
 		}
 		return Session{}, false, err
 	}
 	defer d.Close()
-	m.seen = p.r.pass
-	if d.Identity() != m.id {
-		*m = sessionMemo{seen: m.seen, link: m.link, id: d.Identity()}
+	if !same {
+		*m = sessionMemo{object: m.object}
 	}
 	s = Session{ID: id}
 	// A missing attribute below a session whose link is gone too means
 	// the session was logged out while we read; anything else is a
 	// broken tree and an error.
 	if err := p.sessionAttrs(d, m, &s); err != nil {
-		if vanished(p.sys, m.link, err) {
+		if vanished(p.sys, m.rel, err) {
 			return Session{}, true, nil
 		}
 		return Session{}, false, err
 	}
 	if s.LUNs, err = p.luns(m); err != nil {
-		if vanished(p.sys, m.link, err) {
+		if vanished(p.sys, m.rel, err) {
 			return Session{}, true, nil
 		}
 		return Session{}, false, err
@@ -220,7 +220,7 @@ func (p *pass) session(name string) (s Session, gone bool, err error) {
 // and refuses a login whose TPGT differs from the session's.
 func (p *pass) sessionAttrs(d sysfs.Dir, m *sessionMemo, s *Session) error {
 	if !m.static {
-		target, err := p.sys.ReadLink(m.link)
+		target, err := p.sys.ReadLink(m.rel)
 		if err != nil {
 			return err
 		}
@@ -229,7 +229,7 @@ func (p *pass) sessionAttrs(d sysfs.Dir, m *sessionMemo, s *Session) error {
 		sessDev := path.Dir(path.Dir(path.Join(sessionClass, target)))
 		host, err := ParseHostID(path.Base(path.Dir(sessDev)))
 		if err != nil {
-			return fmt.Errorf("%s -> %s: %w", m.link, target, err)
+			return fmt.Errorf("%s -> %s: %w", m.rel, target, err)
 		}
 		m.host, m.sessDev = host, sessDev
 		if err := text(d, "targetname", &m.targetName); err != nil {
@@ -363,17 +363,16 @@ func (p *pass) connections(snap *Snapshot) error {
 func (p *pass) connection(name string, id ConnectionID) (Connection, error) {
 	m := p.r.conns[name]
 	if m == nil {
-		m = &connMemo{link: connectionClass + "/" + name}
+		m = &connMemo{object: object{rel: connectionClass + "/" + name}}
 		p.r.conns[name] = m
 	}
-	d, err := p.root.OpenDir(m.link)
+	d, same, err := p.open(&m.object)
 	if err != nil {
 		return Connection{}, err
 	}
 	defer d.Close()
-	m.seen = p.r.pass
-	if d.Identity() != m.id {
-		*m = connMemo{seen: m.seen, link: m.link, id: d.Identity()}
+	if !same {
+		*m = connMemo{object: m.object}
 	}
 	c := Connection{ID: id}
 	if err := text(d, "state", &m.state); err != nil {
@@ -458,19 +457,7 @@ func (p *pass) hosts() ([]Host, error) {
 
 // prune forgets the objects the last pass did not see.
 func (r *Reader) prune() {
-	for n, m := range r.sessions {
-		if m.seen != r.pass {
-			delete(r.sessions, n)
-		}
-	}
-	for n, m := range r.conns {
-		if m.seen != r.pass {
-			delete(r.conns, n)
-		}
-	}
-	for n, m := range r.maps {
-		if m.seen != r.pass {
-			delete(r.maps, n)
-		}
-	}
+	maps.DeleteFunc(r.sessions, func(_ string, m *sessionMemo) bool { return m.seen != r.pass })
+	maps.DeleteFunc(r.conns, func(_ string, m *connMemo) bool { return m.seen != r.pass })
+	maps.DeleteFunc(r.maps, func(_ string, m *mapMemo) bool { return m.seen != r.pass })
 }

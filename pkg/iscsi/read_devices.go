@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -53,11 +54,7 @@ func (p *pass) luns(m *sessionMemo) ([]LUN, error) {
 			return nil, err
 		}
 	}
-	for t, tm := range m.targets {
-		if tm.seen != p.r.pass {
-			delete(m.targets, t)
-		}
-	}
+	maps.DeleteFunc(m.targets, func(_ string, x *targetMemo) bool { return x.seen != p.r.pass })
 	slices.SortFunc(luns, func(a, b LUN) int { return a.Address.LUN - b.Address.LUN })
 	return luns, nil
 }
@@ -94,11 +91,7 @@ func (p *pass) targetLUNs(tm *targetMemo, luns []LUN) ([]LUN, error) {
 		}
 		luns = append(luns, l)
 	}
-	for d, lm := range tm.luns {
-		if lm.seen != p.r.pass {
-			delete(tm.luns, d)
-		}
-	}
+	maps.DeleteFunc(tm.luns, func(_ string, x *lunMemo) bool { return x.seen != p.r.pass })
 	return luns, nil
 }
 
@@ -205,7 +198,7 @@ func (p *pass) multipathMaps() ([]MultipathMap, error) {
 	if err != nil {
 		return nil, err
 	}
-	var maps []MultipathMap
+	var found []MultipathMap
 	for _, name := range names {
 		if !strings.HasPrefix(name, "dm-") {
 			continue
@@ -218,16 +211,16 @@ func (p *pass) multipathMaps() ([]MultipathMap, error) {
 			return nil, err
 		}
 		if ok {
-			maps = append(maps, m)
+			found = append(found, m)
 		}
 	}
-	slices.SortFunc(maps, func(a, b MultipathMap) int {
+	slices.SortFunc(found, func(a, b MultipathMap) int {
 		if devLess(a.Device, b.Device) {
 			return -1
 		}
 		return 1
 	})
-	return maps, nil
+	return found, nil
 }
 
 // multipathMap reads block/<name>. Every dm device has dm/uuid (empty for
@@ -237,17 +230,16 @@ func (p *pass) multipathMaps() ([]MultipathMap, error) {
 func (p *pass) multipathMap(name string) (MultipathMap, bool, error) {
 	mm := p.r.maps[name]
 	if mm == nil {
-		mm = &mapMemo{rel: "block/" + name}
+		mm = &mapMemo{object: object{rel: "block/" + name}}
 		p.r.maps[name] = mm
 	}
-	d, err := p.root.OpenDir(mm.rel)
+	d, same, err := p.open(&mm.object)
 	if err != nil {
 		return MultipathMap{}, false, err
 	}
 	defer d.Close()
-	mm.seen = p.r.pass
-	if d.Identity() != mm.id {
-		*mm = mapMemo{seen: mm.seen, rel: mm.rel, id: d.Identity()}
+	if !same {
+		*mm = mapMemo{object: mm.object}
 	}
 	if mm.uuid == "" {
 		if err := text(d, "dm/uuid", &mm.uuid); err != nil {

@@ -8,11 +8,30 @@ import "github.com/pathmend/pathmend/pkg/sysfs"
 // fields keep the last text of an attribute that is read every pass, so
 // that an unchanged value costs no allocation.
 
+// object is what a memo of a directory starts with: the pass that last
+// saw the directory, its path (a class link or block/dm-N), and the
+// identity the memo's attributes belong to.
+type object struct {
+	seen uint64
+	rel  string
+	id   sysfs.Identity
+}
+
+// open opens o's directory for this pass. same is false when it is not
+// the directory o's memo describes (or the memo is new): the caller
+// forgets what the memo holds. Errors are OpenDir's, for the caller to
+// tell a vanished object from a broken one.
+func (p *pass) open(o *object) (d sysfs.Dir, same bool, err error) {
+	if d, err = p.root.OpenDir(o.rel); err != nil {
+		return sysfs.Dir{}, false, err
+	}
+	o.seen, same, o.id = p.r.pass, d.Identity() == o.id, d.Identity()
+	return d, same, nil
+}
+
 // sessionMemo remembers class/iscsi_session/<name>.
 type sessionMemo struct {
-	seen uint64
-	link string
-	id   sysfs.Identity
+	object
 	// static: the class link's target (host, session device), targetname,
 	// tpgt, ifacename.
 	static                bool
@@ -61,9 +80,7 @@ type diskMemo struct {
 
 // connMemo remembers class/iscsi_connection/<name>.
 type connMemo struct {
-	seen uint64
-	link string
-	id   sysfs.Identity
+	object
 	// static: persistent_address, persistent_port.
 	static            bool
 	persistentAddress string
@@ -74,9 +91,7 @@ type connMemo struct {
 
 // mapMemo remembers block/dm-N.
 type mapMemo struct {
-	seen uint64
-	rel  string
-	id   sysfs.Identity
+	object
 	// uuid is static once it is set: the kernel sets a device-mapper
 	// device's UUID at most once.
 	uuid            string

@@ -3,20 +3,14 @@ package iscsi
 import (
 	"math/rand/v2"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pathmend/pathmend/internal/readertest"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
-
-// iscsiChangeKinds are words of iscsitest.Change's descriptions, one per
-// kind of change.
-var iscsiChangeKinds = []string{"nothing", "FAILED", "FREE", "LOGGED_IN", "connections", "recovery_tmo",
-	"logged out", "logged in", "re-created for", "LUN state", "rescanned", "bound", "unbound", "added",
-	"removed", "created", "renamed", "holders", "slave"}
 
 // TestReader_EqualsAFreshReadAfterEveryKernelChange is the proof of the
 // incremental iSCSI read: random nodes, changed step by step the way the
@@ -27,17 +21,15 @@ var iscsiChangeKinds = []string{"nothing", "FAILED", "FREE", "LOGGED_IN", "conne
 // what a fresh Read returns.
 func TestReader_EqualsAFreshReadAfterEveryKernelChange(t *testing.T) {
 	t.Parallel()
-	kinds := map[string]int{}
+	kinds := readertest.Kinds("nothing", "FAILED", "FREE", "LOGGED_IN", "connections", "recovery_tmo",
+		"logged out", "logged in", "re-created for", "LUN state", "rescanned", "bound", "unbound", "added",
+		"removed", "created", "renamed", "holders", "slave")
 	var incremental, fresh int
 	for seed := range 12 {
 		i, f := checkISCSIChanges(t, rand.New(rand.NewPCG(uint64(seed), 23)), 40, kinds)
 		incremental, fresh = incremental+i, fresh+f
 	}
-	for _, k := range iscsiChangeKinds {
-		if kinds[k] == 0 {
-			t.Errorf("no %q change among the random steps: the property was not exercised", k)
-		}
-	}
+	readertest.Exercised(t, kinds)
 	if incremental >= fresh {
 		t.Errorf("incremental reads opened %d attribute files, fresh reads %d: nothing was kept", incremental, fresh)
 	}
@@ -62,34 +54,27 @@ func checkISCSIChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]i
 		t.Fatal(err)
 	}
 	reader := NewReader(tree.FS())
-	history := []string{"initial"}
-	for step := 0; ; step++ {
+	remembering := func() (*Snapshot, error) {
 		before := reader.Counts().Reads
-		fr := NewReader(tree.FS())
-		want, werr := fr.Read(t0)
-		got, gerr := reader.Read(t0)
+		s, err := reader.Read(t0)
 		incremental += reader.Counts().Reads - before
+		return s, err
+	}
+	full := func() (*Snapshot, error) {
+		fr := NewReader(tree.FS())
+		s, err := fr.Read(t0)
 		fresh += fr.Counts().Reads
-		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
-			t.Fatalf("after %s: fresh Read error %v, Reader error %v", strings.Join(history, "; "), werr, gerr)
-		}
-		if d := cmp.Diff(want, got); d != "" {
-			t.Fatalf("after %s: Reader differs from a fresh Read (-fresh +reader):\n%s", strings.Join(history, "; "), d)
-		}
-		if step == steps {
-			return incremental, fresh
-		}
+		return s, err
+	}
+	change := func() string {
 		next, what := iscsitest.Change(r, tree.Topology())
 		if err := tree.Apply(next); err != nil {
 			t.Fatalf("apply %s: %v", what, err)
 		}
-		history = append(history, what)
-		for _, k := range iscsiChangeKinds {
-			if kinds != nil && strings.Contains(what, k) {
-				kinds[k]++
-			}
-		}
+		return what
 	}
+	readertest.Changes(t, steps, remembering, full, change, nil, kinds)
+	return incremental, fresh
 }
 
 // A second read of an unchanged node does not read what iscsid fixes for
@@ -121,40 +106,15 @@ func TestReader_SecondReadReadsOnlyVolatileAttributes(t *testing.T) {
 }
 
 // The captures of real kernels replay through both readers with
-// identical results: each is read by one long-lived Reader right after
-// it replaced the previous one (every object new, session1, host0 and
-// sda reused) and once more unchanged, and both reads must equal a fresh
-// Read.
+// identical results (readertest.Captures): session1, host0 and sda are
+// reused by every capture.
 func TestReader_ReplaysTheLabCaptures(t *testing.T) {
-	names, err := filepath.Glob(filepath.Join(fixtureDir, "*.sysfs"))
-	if err != nil || len(names) == 0 {
-		t.Fatalf("no captures in %s (%v)", fixtureDir, err)
-	}
-	root := filepath.Join(t.TempDir(), "sys")
-	fsys := sysfs.New(root)
-	r := NewReader(fsys)
-	for round := range 2 {
-		for _, n := range names {
-			f, err := sysfs.LoadFixture(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := sysfs.Replace(root, f, t0); err != nil {
-				t.Fatal(err)
-			}
-			for _, when := range []string{"after the replacement", "unchanged"} {
-				want, err := Read(fsys, t0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := r.Read(t0)
-				if err != nil {
-					t.Fatalf("round %d, %s %s: %v", round, filepath.Base(n), when, err)
-				}
-				if d := cmp.Diff(want, got); d != "" {
-					t.Errorf("round %d, %s %s (-fresh +reader):\n%s", round, filepath.Base(n), when, d)
-				}
-			}
-		}
-	}
+	readertest.Captures(t, filepath.Join(fixtureDir, "*.sysfs"), t0,
+		func(fsys sysfs.FS) readertest.Read[*Snapshot] {
+			r := NewReader(fsys)
+			return func() (*Snapshot, error) { return r.Read(t0) }
+		},
+		func(fsys sysfs.FS) readertest.Read[*Snapshot] {
+			return func() (*Snapshot, error) { return Read(fsys, t0) }
+		})
 }

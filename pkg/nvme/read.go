@@ -2,6 +2,7 @@ package nvme
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 
@@ -259,16 +260,8 @@ func (p *pass) vanished(dir string, err error) error {
 
 // prune forgets the objects the last pass did not see.
 func (r *Reader) prune() {
-	for n, m := range r.subsystems {
-		if m.seen != r.pass {
-			delete(r.subsystems, n)
-		}
-	}
-	for n, m := range r.controllers {
-		if m.seen != r.pass {
-			delete(r.controllers, n)
-		}
-	}
+	maps.DeleteFunc(r.subsystems, func(_ SubsystemName, m *subsysMemo) bool { return m.seen != r.pass })
+	maps.DeleteFunc(r.controllers, func(_ ControllerName, m *ctrlMemo) bool { return m.seen != r.pass })
 }
 
 // sortByInstance sorts kernel objects by instance number, then name.

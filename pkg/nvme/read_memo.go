@@ -15,11 +15,30 @@ import (
 // every pass, so that an unchanged value is neither allocated nor parsed
 // again.
 
-// subsysMemo remembers class/nvme-subsystem/<name>.
-type subsysMemo struct {
+// object is what a memo of a directory starts with: the pass that last
+// saw the directory, its path, and the identity the memo's attributes
+// belong to.
+type object struct {
 	seen uint64
 	rel  string
 	id   sysfs.Identity
+}
+
+// open opens o's directory for this pass. same is false when it is not
+// the directory o's memo describes (or the memo is new): the caller
+// forgets what the memo holds.
+func (p *pass) open(o *object) (d sysfs.Dir, same bool, err error) {
+	d, err = p.root.OpenDir(o.rel)
+	if err != nil {
+		return sysfs.Dir{}, false, p.vanished(o.rel, err)
+	}
+	o.seen, same, o.id = p.r.pass, d.Identity() == o.id, d.Identity()
+	return d, same, nil
+}
+
+// subsysMemo remembers class/nvme-subsystem/<name>.
+type subsysMemo struct {
+	object
 	// static: subsysnqn, model, serial, subsystype.
 	static                  bool
 	nqn, model, serial, typ string
@@ -34,9 +53,7 @@ type subsysMemo struct {
 
 // ctrlMemo remembers class/nvme/<name>.
 type ctrlMemo struct {
-	seen uint64
-	rel  string
-	id   sysfs.Identity
+	object
 	// static: transport, subsysnqn, hostnqn (read once the transport
 	// says the controller is a fabrics one).
 	static                        bool

@@ -3,6 +3,7 @@ package nvme
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -13,18 +14,17 @@ import (
 func (p *pass) subsystem(name SubsystemName) (Subsystem, error) {
 	m := p.r.subsystems[name]
 	if m == nil {
-		m = &subsysMemo{rel: classSubsystem + "/" + string(name)}
+		m = &subsysMemo{object: object{rel: classSubsystem + "/" + string(name)}}
 		p.r.subsystems[name] = m
 	}
-	d, err := p.root.OpenDir(m.rel)
+	d, same, err := p.open(&m.object)
 	if err != nil {
-		return Subsystem{}, p.vanished(m.rel, err)
+		return Subsystem{}, err
 	}
 	defer d.Close()
-	m.seen = p.r.pass
-	if d.Identity() != m.id {
+	if !same {
 		// Another subsystem than the one remembered under this name.
-		*m = subsysMemo{seen: m.seen, rel: m.rel, id: d.Identity()}
+		*m = subsysMemo{object: m.object}
 	}
 	o := obj{p: p, d: d, id: d.Identity()}
 	entries, err := d.Names(m.names)
@@ -71,11 +71,7 @@ func (p *pass) subsystem(name SubsystemName) (Subsystem, error) {
 		}
 		s.Namespaces = append(s.Namespaces, ns)
 	}
-	for e, dm := range m.disks {
-		if dm.seen != p.r.pass {
-			delete(m.disks, e)
-		}
-	}
+	maps.DeleteFunc(m.disks, func(_ string, dm *diskMemo) bool { return dm.seen != p.r.pass })
 	return s, nil
 }
 
@@ -195,18 +191,17 @@ type ctrlDisk struct {
 func (p *pass) controller(name ControllerName, sub SubsystemName) (Controller, []ctrlDisk, error) {
 	m := p.r.controllers[name]
 	if m == nil {
-		m = &ctrlMemo{rel: classNVMe + "/" + string(name)}
+		m = &ctrlMemo{object: object{rel: classNVMe + "/" + string(name)}}
 		p.r.controllers[name] = m
 	}
-	d, err := p.root.OpenDir(m.rel)
+	d, same, err := p.open(&m.object)
 	if err != nil {
-		return Controller{}, nil, p.vanished(m.rel, err)
+		return Controller{}, nil, err
 	}
 	defer d.Close()
-	m.seen = p.r.pass
-	if d.Identity() != m.id {
+	if !same {
 		// Another controller than the one remembered under this name.
-		*m = ctrlMemo{seen: m.seen, rel: m.rel, id: d.Identity()}
+		*m = ctrlMemo{object: m.object}
 	}
 	o := obj{p: p, d: d, id: d.Identity()}
 	entries, err := d.Names(m.names)
@@ -256,11 +251,7 @@ func (p *pass) controller(name ControllerName, sub SubsystemName) (Controller, [
 		devs = append(devs, cd)
 	}
 	p.r.devs = devs
-	for e, dm := range m.disks {
-		if dm.seen != p.r.pass {
-			delete(m.disks, e)
-		}
-	}
+	maps.DeleteFunc(m.disks, func(_ string, dm *diskMemo) bool { return dm.seen != p.r.pass })
 	return c, devs, nil
 }
 

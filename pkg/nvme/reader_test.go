@@ -5,12 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pathmend/pathmend/internal/readertest"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
@@ -24,30 +24,21 @@ import (
 // must return exactly what a fresh Read returns.
 func TestReader_EqualsAFreshReadAfterEveryKernelChange(t *testing.T) {
 	t.Parallel()
-	kinds := map[string]int{}
+	kinds := readertest.Kinds("nothing", "ANA", "state", "reconnected", "timeouts", "iopolicy", "resized",
+		"deleted", "re-created in", "connected to", "added as head", "removed", "re-created for nsid",
+		"re-created for nqn", "removed with its controllers", "added with")
 	var incremental, fresh int
 	for seed := range 10 {
-		r := rand.New(rand.NewPCG(uint64(seed), 19))
-		i, f := checkChanges(t, r, 32, kinds)
+		i, f := checkChanges(t, rand.New(rand.NewPCG(uint64(seed), 19)), 32, kinds)
 		incremental, fresh = incremental+i, fresh+f
 	}
-	for _, k := range changeKinds {
-		if kinds[k] == 0 {
-			t.Errorf("no %q change among the random steps: the property was not exercised", k)
-		}
-	}
+	readertest.Exercised(t, kinds)
 	// The reader must actually have remembered something.
 	if incremental >= fresh {
 		t.Errorf("incremental reads opened %d attribute files, fresh reads %d: nothing was kept", incremental, fresh)
 	}
 	t.Logf("changes: %v; attribute files read: incremental %d, fresh %d", kinds, incremental, fresh)
 }
-
-// changeKinds are words of nvmetest.Change's descriptions, one per kind
-// of change.
-var changeKinds = []string{"nothing", "ANA", "state", "reconnected", "timeouts", "iopolicy", "resized",
-	"deleted", "re-created in", "connected to", "added as head", "removed", "re-created for nsid",
-	"re-created for nqn", "removed with its controllers", "added with"}
 
 // FuzzReader runs the property above on topologies and change sequences
 // drawn from the fuzzer's seed.
@@ -61,9 +52,10 @@ func FuzzReader(f *testing.F) {
 }
 
 // checkChanges writes a random topology, applies steps random kernel
-// changes and compares a long-lived Reader with a fresh Read after each.
-// It returns the attribute files each kind of read opened, and counts
-// the kinds of change it applied in kinds.
+// changes and compares a long-lived Reader with a fresh Read after each,
+// and a long-lived ScopePaths Reader with the fresh Read's paths scope.
+// It returns the attribute files the long-lived and the fresh reads
+// opened.
 func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (incremental, fresh int) {
 	t.Helper()
 	topo := nvmetest.Random(r, randomLimits)
@@ -74,39 +66,30 @@ func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := NewReader(tree.FS(), ScopeAll)
-	paths := NewReader(tree.FS(), ScopePaths)
-	history := []string{"initial"}
-	for step := 0; ; step++ {
+	reader, paths := NewReader(tree.FS(), ScopeAll), NewReader(tree.FS(), ScopePaths)
+	remembering := func() (*Host, error) {
 		before := reader.Counts().Reads
-		fr := NewReader(tree.FS(), ScopeAll)
-		want, werr := fr.Read()
-		got, gerr := reader.Read()
+		h, err := reader.Read()
 		incremental += reader.Counts().Reads - before
+		return h, err
+	}
+	full := func() (*Host, error) {
+		fr := NewReader(tree.FS(), ScopeAll)
+		h, err := fr.Read()
 		fresh += fr.Counts().Reads
-		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
-			t.Fatalf("after %s: fresh Read error %v, Reader error %v", strings.Join(history, "; "), werr, gerr)
-		}
-		if d := cmp.Diff(want, got); d != "" {
-			t.Fatalf("after %s: Reader differs from a fresh Read (-fresh +reader):\n%s", strings.Join(history, "; "), d)
-		}
-		if werr == nil {
-			checkPathScope(t, paths, want, strings.Join(history, "; "))
-		}
-		if step == steps {
-			return incremental, fresh
-		}
+		return h, err
+	}
+	change := func() string {
 		next, what := nvmetest.Change(r, tree.Topology())
 		if err := tree.Apply(next); err != nil {
 			t.Fatalf("apply %s: %v", what, err)
 		}
-		history = append(history, what)
-		for _, k := range changeKinds {
-			if kinds != nil && strings.Contains(what, k) {
-				kinds[k]++
-			}
-		}
+		return what
 	}
+	readertest.Changes(t, steps, remembering, full, change, func(history string, want *Host) {
+		checkPathScope(t, paths, want, history)
+	}, kinds)
+	return incremental, fresh
 }
 
 // checkPathScope compares a long-lived ScopePaths Reader with full, a
@@ -249,38 +232,11 @@ func TestReader_StaticAttributesFollowTheDirectoryIdentity(t *testing.T) {
 }
 
 // The captures of real kernels replay through both readers with
-// identical results: each is read by one long-lived Reader right after
-// it replaced the previous one (every object new, names like nvme0 and
-// nvme-subsys0 reused) and once more unchanged, and both reads must equal
-// a fresh Read.
+// identical results (readertest.Captures).
 func TestReader_ReplaysTheLabCaptures(t *testing.T) {
-	names, err := filepath.Glob(filepath.Join(fixtureDir, "*.sysfs"))
-	if err != nil || len(names) == 0 {
-		t.Fatalf("no captures in %s (%v)", fixtureDir, err)
-	}
-	root := filepath.Join(t.TempDir(), "sys")
-	fsys := sysfs.New(root)
-	r := NewReader(fsys, ScopeAll)
-	for round := range 2 {
-		for _, n := range names {
-			f, err := sysfs.LoadFixture(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := sysfs.Replace(root, f, testNow); err != nil {
-				t.Fatal(err)
-			}
-			for _, when := range []string{"after the replacement", "unchanged"} {
-				got, err := r.Read()
-				if err != nil {
-					t.Fatalf("round %d, %s %s: %v", round, filepath.Base(n), when, err)
-				}
-				if d := cmp.Diff(mustRead(t, fsys), got); d != "" {
-					t.Errorf("round %d, %s %s (-fresh +reader):\n%s", round, filepath.Base(n), when, d)
-				}
-			}
-		}
-	}
+	readertest.Captures(t, filepath.Join(fixtureDir, "*.sysfs"), testNow,
+		func(fsys sysfs.FS) readertest.Read[*Host] { return NewReader(fsys, ScopeAll).Read },
+		func(fsys sysfs.FS) readertest.Read[*Host] { return func() (*Host, error) { return Read(fsys) } })
 }
 
 // A ScopePaths Reader reading an unchanged host again reads only
