@@ -5,55 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"strings"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// Identity tells the directory of one kernel object apart from any other
-// directory that had, has or will have the same path: a controller that
-// reuses the name nvme3, a session re-created after a logout. It is the
-// device and inode number of the directory plus its mtime, from one
-// statx.
-//
-// Why this is sound on sysfs: kernfs numbers every node it creates from a
-// cyclic idr and keeps a generation counter in the upper 32 bits of the
-// node's 64-bit id, bumped each time the idr wraps
-// (fs/kernfs/dir.c:__kernfs_new_node, "kn->id = (u64)id_highbits << 32 |
-// ret"). Where ino_t is 64 bits, that whole id is the inode number
-// (include/linux/kernfs.h:kernfs_id_ino, since Linux 5.5), so no two
-// nodes of one boot ever share an inode number: a re-created directory
-// always has a new one. Where ino_t is 32 bits, the inode number is the
-// low half and repeats only after 2^31 further node allocations, and the
-// mtime (set when the inode is instantiated) must repeat too. The mtime
-// can also change while an object lives (kernfs re-instantiates an
-// evicted inode with the current time); that only makes a miss, never a
-// false match. kernfs does not touch a directory's times when children
-// come and go, so a controller keeps its identity while its legs do.
-//
-// On the filesystems tests materialize trees on (ext4, tmpfs) an inode
-// number freed by a removal can be handed to the next directory created,
-// which is why sysfs.Sync builds a re-created object's directory before
-// it removes the old one, and checks the inode changed.
-type Identity struct {
-	Dev, Ino uint64
-	// Mtime is nanoseconds since the epoch.
-	Mtime int64
-}
-
-// ModTime is the directory's mtime, as os.Stat reports it.
-func (id Identity) ModTime() time.Time { return time.Unix(0, id.Mtime) }
-
-func identityOf(st *unix.Statx_t) Identity {
-	return Identity{
-		Dev:   unix.Mkdev(st.Dev_major, st.Dev_minor),
-		Ino:   st.Ino,
-		Mtime: st.Mtime.Sec*1e9 + int64(st.Mtime.Nsec),
-	}
-}
 
 // Counts are the system calls an AttrReader made, by purpose: attribute
 // files opened and read, directories opened and listed, stats.
@@ -131,109 +87,6 @@ func (d Dir) Rel() string { return d.rel }
 
 // Identity is the identity of the opened directory.
 func (d Dir) Identity() Identity { return d.id }
-
-// Names lists the entries of the directory, sorted, like FS.ReadDir (an
-// empty directory lists as an empty, non-nil slice). d must come from
-// OpenDir. prev
-// is the caller's previous listing of the same directory (sorted, or
-// nil): when nothing changed, Names returns prev itself, and a new
-// listing reuses prev's strings for the names it still holds, so that an
-// unchanged directory costs no allocation.
-func (d *Dir) Names(prev []string) ([]string, error) {
-	r := d.r
-	r.names = r.names[:0]
-	r.refs = r.refs[:0]
-	if r.dents == nil {
-		r.dents = make([]byte, 8192)
-	}
-	// A second listing starts again from the start.
-	if d.listed {
-		if _, err := unix.Seek(d.fd, 0, 0); err != nil {
-			return nil, fmt.Errorf("list %s: %w", d.rel, &fs.PathError{Op: "seek", Path: d.full(""), Err: err})
-		}
-	}
-	d.listed = true
-	for {
-		var n int
-		err := ignoringEINTR(func() (err error) { n, err = unix.Getdents(d.fd, r.dents); return err })
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", d.rel, &fs.PathError{Op: "getdents", Path: r.fs.Path(d.rel), Err: err})
-		}
-		if n <= 0 {
-			break
-		}
-		if err := r.collect(r.dents[:n]); err != nil {
-			return nil, fmt.Errorf("list %s: %w", d.rel, err)
-		}
-	}
-	slices.SortFunc(r.refs, func(a, b nameRef) int { return bytes.Compare(r.name(a), r.name(b)) })
-	if len(prev) == len(r.refs) {
-		same := true
-		for i, ref := range r.refs {
-			if string(r.name(ref)) != prev[i] {
-				same = false
-				break
-			}
-		}
-		if same && prev != nil {
-			return prev, nil
-		}
-	}
-	out := make([]string, len(r.refs))
-	for i, ref := range r.refs {
-		out[i] = internSorted(prev, r.name(ref))
-	}
-	return out, nil
-}
-
-// nameRef locates one entry name in AttrReader.names.
-type nameRef struct{ off, len int }
-
-func (r *AttrReader) name(ref nameRef) []byte { return r.names[ref.off : ref.off+ref.len] }
-
-// collect appends the names of a getdents64 buffer (struct
-// linux_dirent64: d_ino, d_off, d_reclen, d_type, d_name NUL-terminated)
-// to r.names, skipping "." and "..".
-func (r *AttrReader) collect(buf []byte) error {
-	const nameOff = 19 // 8 + 8 + 2 + 1
-	for len(buf) > 0 {
-		if len(buf) < nameOff {
-			return errors.New("short directory entry")
-		}
-		reclen := int(buf[16]) | int(buf[17])<<8
-		if reclen < nameOff || reclen > len(buf) {
-			return fmt.Errorf("bad directory entry length %d", reclen)
-		}
-		name := buf[nameOff:reclen]
-		if i := bytes.IndexByte(name, 0); i >= 0 {
-			name = name[:i]
-		}
-		buf = buf[reclen:]
-		if string(name) == "." || string(name) == ".." {
-			continue
-		}
-		r.refs = append(r.refs, nameRef{off: len(r.names), len: len(name)})
-		r.names = append(r.names, name...)
-	}
-	return nil
-}
-
-// internSorted returns the string of sorted that equals b, or a new one.
-func internSorted(sorted []string, b []byte) string {
-	lo, hi := 0, len(sorted)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if sorted[m] < string(b) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	if lo < len(sorted) && sorted[lo] == string(b) {
-		return sorted[lo]
-	}
-	return string(b)
-}
 
 // ReadAttr reads the required attribute name (which may lie in a
 // subdirectory, "nvme0c0n1/ana_state") with one bounded read and returns
@@ -401,14 +254,4 @@ func Intern(b []byte, prev string) string {
 // trimAttrBytes is trimAttr without the copy.
 func trimAttrBytes(b []byte) []byte {
 	return bytes.TrimRight(b, "\n \x00")
-}
-
-// Identity returns the identity of rel, following symlinks. A missing
-// entry is an error that satisfies IsNotExist.
-func (f FS) Identity(rel string) (Identity, error) {
-	var st unix.Statx_t
-	if err := ignoringEINTR(func() error { return unix.Statx(unix.AT_FDCWD, f.Path(rel), 0, statxMask, &st) }); err != nil {
-		return Identity{}, fmt.Errorf("stat %s: %w", rel, &fs.PathError{Op: "statx", Path: f.Path(rel), Err: err})
-	}
-	return identityOf(&st), nil
 }
