@@ -19,9 +19,9 @@ import (
 // node's 64-bit id, bumped each time the idr wraps
 // (fs/kernfs/dir.c:__kernfs_new_node, "kn->id = (u64)id_highbits << 32 |
 // ret"). Where ino_t is 64 bits, that whole id is the inode number
-// (include/linux/kernfs.h:kernfs_id_ino, since Linux 5.5), so no two
-// nodes of one boot ever share an inode number: a re-created directory
-// always has a new one. Where ino_t is 32 bits, the inode number is the
+// (include/linux/kernfs.h:kernfs_id_ino, since Linux 5.5; the generation
+// starts at 0 there), so no two nodes of one boot ever share an inode
+// number: a re-created directory always has a new one. Where ino_t is 32 bits, the inode number is the
 // low half and repeats only after 2^31 further node allocations, and the
 // mtime (set when the inode is instantiated) must repeat too. The mtime
 // can also change while an object lives (kernfs re-instantiates an
