@@ -1,7 +1,10 @@
 # pathmend — build, test and lab targets. `make help` lists them.
 
 SHELL     := /bin/bash
-GO        ?= go
+# hack/go runs the go on PATH when it is at least go.mod's version, or
+# fetches the pinned official toolchain once (see the script).
+GO        ?= $(CURDIR)/hack/go
+export GO
 VERSION   ?= $(shell cat deploy/VERSION)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/pathmend

@@ -17,7 +17,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FIXTURE_DIR=${LAB_FIXTURE_DIR:-$REPO_ROOT/testdata/fixtures}
-GO=${GO:-go}
+GO=${GO:-$REPO_ROOT/hack/go}
 
 # share_dir NAME makes a fresh share with the guest library.
 share_dir() {
