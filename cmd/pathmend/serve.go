@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -59,10 +58,8 @@ type serveConfig struct {
 }
 
 func defaultServeConfig() serveConfig {
-	host, _ := os.Hostname()
 	return serveConfig{
 		endpoint:        "unix:///csi/csi.sock",
-		nodeID:          host,
 		driverName:      "csi.pathmend.io",
 		sysRoot:         "/sys",
 		devRoot:         "/dev",
@@ -88,7 +85,7 @@ func defaultServeConfig() serveConfig {
 
 func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.endpoint, "endpoint", c.endpoint, "CSI endpoint (unix socket) kubelet connects to")
-	fs.StringVar(&c.nodeID, "node-id", c.nodeID, "node ID reported by NodeGetInfo (default: the hostname)")
+	fs.StringVar(&c.nodeID, "node-id", c.nodeID, "node ID reported by NodeGetInfo (default: the node's hostname, read when serve starts)")
 	fs.StringVar(&c.driverName, "driver-name", c.driverName, "CSI driver name")
 	fs.StringVar(&c.sysRoot, "sys-root", c.sysRoot, "root of the sysfs tree kernel state is read from")
 	fs.StringVar(&c.devRoot, "dev-root", c.devRoot, "root of the device tree (nvme-fabrics, block devices)")
