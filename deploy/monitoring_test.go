@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pathmend/pathmend/internal/testneed"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/metrics"
 )
@@ -261,10 +262,7 @@ func headingAnchors(md string) map[string]bool {
 // unit tests in testdata/alerts.promtest.yaml (series in, alerts out),
 // where promtool is installed.
 func TestAlerts_PromtoolRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed (Debian package prometheus); the expressions are checked by the other tests only")
-	}
+	promtool := testneed.Tools(t, map[string]string{"promtool": "prometheus"}, "promtool")[0]
 	dir := t.TempDir()
 	rules, err := yaml.Marshal(map[string]any{"groups": loadAlerts(t).Spec.Groups})
 	if err != nil {
