@@ -217,10 +217,17 @@ func writeFlags(w io.Writer, title string, fl []*flag.Flag) {
 			typ = " " + typ
 		}
 		fmt.Fprintf(w, "  %s%s%s\n", dash, f.Name, typ)
+		lines := wrap(text, 70)
+		// "(default: X)" stays whole on one line, so tools can read it.
 		if !isZeroDefault(f.DefValue) {
-			text += " (default: " + f.DefValue + ")"
+			def := "(default: " + f.DefValue + ")"
+			if n := len(lines); n > 0 && len(lines[n-1])+1+len(def) <= 70 {
+				lines[n-1] += " " + def
+			} else {
+				lines = append(lines, def)
+			}
 		}
-		for _, l := range wrap(text, 70) {
+		for _, l := range lines {
 			fmt.Fprintf(w, "        %s\n", l)
 		}
 	}

@@ -96,7 +96,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.topologyValue, "topology-value", c.topologyValue, "topology segment value reported with --topology-key")
 	fs.StringVar(&c.defaultFSType, "default-fs-type", c.defaultFSType, "filesystem created when a volume names none: ext4, ext3 or xfs")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight RPCs may run after SIGTERM")
-	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9809 (off when empty)")
+	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9811 (off when empty)")
 	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", c.connectTimeout, "bound of one NVMe-oF connect")
 	fs.DurationVar(&c.attachTimeout, "attach-timeout", c.attachTimeout, "how long NodeStage waits for a namespace after connecting")
