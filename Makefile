@@ -24,6 +24,7 @@ build: ## build the static pathmend binary into bin/
 
 .PHONY: test
 test: ## run every unit test with -race, then csi-sanity (needs root for loop devices and mounts)
+	hack/test-deps.sh
 	$(GO) test -race -count=1 ./...
 	$(MAKE) sanity
 
