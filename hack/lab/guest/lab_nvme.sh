@@ -121,12 +121,13 @@ lab_nvme_heal() {
 	step "The monitor's decisions in pathmend's log (fault at ${t0}s guest uptime)"
 	lab_wait 40 "the monitor's repair" grep -q 'verdict="repaired"' "$log"
 	lab_wait 15 "the cooldown deferral after it" grep -q 'reason="cooldown:' "$log"
-	lab_wait 20 "the grace deferral of the repair's new controller" grep -q 'reason="grace:' "$log"
+	lab_wait 20 "the grace deferral of the repair's new controller" sh -c "sed -n '/reason=\"cooldown:/,\$p' '$log' | grep -q 'reason=\"grace:'"
 	lab_nvme_verdicts "$log"
-	echo "(the repair tore B's controller down and the same tick reconnected 127.0.0.3:4420; the new controller is refused the namespace too,"
-	echo " so the defect is back at once: deferred first by the cooldown ($cooldown, the key was just repaired), then by the grace ($grace, the"
-	echo " controller is younger than that and may still be attaching its namespace); once both have passed it is repaired again."
-	echo " An unchanged deferral is logged once per key.)"
+	echo "(a grace deferral before the repair is the fault's own doing: re-enabling B's namespace left its controller younger than"
+	echo " --heal-grace ($grace), and a controller that young may still be attaching its namespace. The repair tore B's controller"
+	echo " down and the same tick reconnected 127.0.0.3:4420; the new controller is refused the namespace too, so the defect is back"
+	echo " at once: deferred by the cooldown ($cooldown: the key was just repaired), then by the grace (the new controller is younger"
+	echo " than $grace); once both have passed it is repaired again. An unchanged deferral is logged once per key.)"
 	step "The state after: the mismatch persists on the array; the monitor repairs it at most once per cooldown + grace (diagnose --plan starts a fresh policy: it knows no cooldown)"
 	"$LAB_BIN/csistage" -endpoint "unix://$dir/csi.sock" health -volume-id vol-heal || true
 	lab_nvme_diagnose "$dir/state" --plan --heal-grace "$grace" | sed -n '/defect(s):/,$p'
