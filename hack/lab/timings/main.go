@@ -104,6 +104,9 @@ func (g group) span() string {
 	return human(lo) + "–" + human(hi)
 }
 
+// cell escapes the pipes of a -test.run regexp for a Markdown table.
+func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
 func human(s int) string {
 	if s < 120 {
 		return fmt.Sprintf("%d s", s)
@@ -154,7 +157,7 @@ func render(runs []run) string {
 	for _, k := range order {
 		g := groups[k]
 		f := strings.Split(k, "\t")
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s |\n", f[0], f[1], f[2], len(g.runs), g.span(), notes(*g))
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s |\n", cell(f[0]), f[1], f[2], len(g.runs), g.span(), cell(notes(*g)))
 	}
 	failed := 0
 	for _, r := range runs {

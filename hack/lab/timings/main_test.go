@@ -34,8 +34,8 @@ func TestREADMETableIsRendered(t *testing.T) {
 
 const sample = "2026-12-01T23:00:00Z\tlab\t-\tcached\twarm\t20\t80\t104\tpass\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n" +
 	"2026-12-01T23:10:00Z\tlab\t-\tcached\twarm\t18\t90\t110\tpass\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n" +
-	"2026-12-01T23:20:00Z\te2e\tTestISCSI_Heal\tcached\twarm\t30\t200\t240\tpass\t2/0/0\tTestB=150.5,TestA=40.0\t6.1.0-57-amd64\t2\t24GiB\n" +
-	"2026-12-01T23:30:00Z\te2e\tTestISCSI_Heal\tcached\twarm\t30\t260\t300\tpass\t2/0/0\tTestB=120.0,TestA=95.2\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-01T23:20:00Z\te2e\tTestISCSI_(Heal|Served)\tcached\twarm\t30\t200\t240\tpass\t2/0/0\tTestB=150.5,TestA=40.0\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-01T23:30:00Z\te2e\tTestISCSI_(Heal|Served)\tcached\twarm\t30\t260\t300\tpass\t2/0/0\tTestB=120.0,TestA=95.2\t6.1.0-57-amd64\t2\t24GiB\n" +
 	"2026-12-01T23:40:00Z\tlab\t-\tbuilt 90s\tcold\t170\t90\t391\tpass\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n" +
 	"2026-12-01T23:50:00Z\tlab\t-\tcached\twarm\t20\t80\t99\tfail\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n"
 
@@ -48,7 +48,7 @@ func TestRender_GroupsRunsAndKeepsEachTestsSlowest(t *testing.T) {
 	for _, want := range []string{
 		"| `make lab` | cached | warm | 2 | 104 s–110 s |  |",
 		"| `make lab` | built | cold | 1 | 6.5 min | image build 90s |",
-		"| `make e2e E2E_RUN='TestISCSI_Heal'` | cached | warm | 2 | 4.0 min–5.0 min | 2 tests; slowest (max over the runs): TestB 150 s, TestA 95 s |",
+		"| `make e2e E2E_RUN='TestISCSI_(Heal\\|Served)'` | cached | warm | 2 | 4.0 min–5.0 min | 2 tests; slowest (max over the runs): TestB 150 s, TestA 95 s |",
 		"1 recorded run(s) failed",
 		"2 cores, 24GiB of memory, guest kernel 6.1.0-57-amd64",
 	} {
