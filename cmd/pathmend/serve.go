@@ -37,6 +37,7 @@ type serveConfig struct {
 	topologyKey       string
 	topologyValue     string
 	defaultFSType     string
+	kubeletRoot       string
 	shutdownTimeout   time.Duration
 
 	metricsAddress  string
@@ -66,6 +67,7 @@ func defaultServeConfig() serveConfig {
 		stateDir:        "/var/lib/pathmend",
 		heal:            string(heal.ModeRepair),
 		defaultFSType:   "ext4",
+		kubeletRoot:     "/var/lib/kubelet",
 		shutdownTimeout: 30 * time.Second,
 		monitorInterval: 3 * time.Second,
 		connectTimeout:  10 * time.Second,
@@ -95,6 +97,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.topologyKey, "topology-key", c.topologyKey, "topology segment key reported by NodeGetInfo (off when empty)")
 	fs.StringVar(&c.topologyValue, "topology-value", c.topologyValue, "topology segment value reported with --topology-key")
 	fs.StringVar(&c.defaultFSType, "default-fs-type", c.defaultFSType, "filesystem created when a volume names none: ext4, ext3 or xfs")
+	fs.StringVar(&c.kubeletRoot, "kubelet-root", c.kubeletRoot, "kubelet's root directory: every staging, target and volume path a request names must be inside it (empty: any absolute path)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight RPCs may run after SIGTERM")
 	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9811 (off when empty)")
 	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter)")
@@ -235,6 +238,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		TopologyValue:     c.topologyValue,
 		HealMode:          mode,
 		DefaultFSType:     c.defaultFSType,
+		KubeletRoot:       c.kubeletRoot,
 	}, driver.Deps{
 		SysFS:   sys,
 		Store:   store,
@@ -248,6 +252,16 @@ func serve(ctx context.Context, c serveConfig) error {
 	})
 	if err != nil {
 		return err
+	}
+
+	var check metrics.HealthCheck
+	if c.metricsAddress != "" {
+		var closeCheck func()
+		check, closeCheck, err = healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
+		if err != nil {
+			return err
+		}
+		defer closeCheck()
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -269,7 +283,6 @@ func serve(ctx context.Context, c serveConfig) error {
 		run("monitor", func() error { return mon.Run(ctx) })
 	}
 	if c.metricsAddress != "" {
-		check := healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
 		run("metrics", func() error { return metrics.Serve(ctx, c.metricsAddress, m, check) })
 	}
 	wg.Wait()
