@@ -159,14 +159,26 @@ func render(runs []run) string {
 		f := strings.Split(k, "\t")
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s |\n", cell(f[0]), f[1], f[2], len(g.runs), g.span(), cell(notes(*g)))
 	}
-	failed := 0
+	var failed []string
 	for _, r := range runs {
-		if r.fields[colResult] != "pass" {
-			failed++
+		if r.fields[colResult] == "pass" {
+			continue
 		}
+		what := "`make " + r.fields[colCommand] + "`"
+		if r.fields[colCommand] == "e2e" && r.fields[colRun] != "." {
+			what = "`make e2e E2E_RUN='" + r.fields[colRun] + "'`"
+		}
+		line := fmt.Sprintf("- %s, %s: failed after %s", what, r.fields[colDate][:10], human(r.total))
+		if t := r.fields[colTests]; t != "-" {
+			line += " (tests passed/failed/skipped " + t + ")"
+		}
+		if n := notes(group{runs: []run{r}}); n != "" {
+			line += "; " + n
+		}
+		failed = append(failed, line)
 	}
-	if failed > 0 {
-		fmt.Fprintf(&b, "\n%d recorded run(s) failed and are left out of the table.\n", failed)
+	if len(failed) > 0 {
+		b.WriteString("\nRuns that failed, left out of the table above (their times still count):\n\n" + strings.Join(failed, "\n") + "\n")
 	}
 	b.WriteString("\n" + endMarker)
 	return b.String()

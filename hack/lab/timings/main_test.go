@@ -49,7 +49,7 @@ func TestRender_GroupsRunsAndKeepsEachTestsSlowest(t *testing.T) {
 		"| `make lab` | cached | warm | 2 | 104 s–110 s |  |",
 		"| `make lab` | built | cold | 1 | 6.5 min | image build 90s |",
 		"| `make e2e E2E_RUN='TestISCSI_(Heal\\|Served)'` | cached | warm | 2 | 4.0 min–5.0 min | 2 tests; slowest (max over the runs): TestB 150 s, TestA 95 s |",
-		"1 recorded run(s) failed",
+		"- `make lab`, 2026-12-01: failed after 99 s",
 		"2 cores, 24GiB of memory, guest kernel 6.1.0-57-amd64",
 	} {
 		if !strings.Contains(got, want) {
