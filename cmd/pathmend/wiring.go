@@ -57,7 +57,7 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 		}
 		outcomes = append(outcomes, heal.Outcome{
 			Defect:  heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
-			Verdict: r.Verdict, Reason: r.Reason, Err: r.Err,
+			Verdict: r.Verdict, Reason: r.Reason, Class: r.Class, Err: r.Err,
 		})
 		switch r.Verdict {
 		case heal.Repaired:

@@ -77,7 +77,7 @@ pathmend_defects{kind="SessionDown",transport="iscsi"} 1
 	const repairs = `
 # HELP pathmend_repairs_total Heal verdicts by transport, defect kind, scope, verdict (repaired, observed, deferred, refused, failed) and reason class.
 # TYPE pathmend_repairs_total counter
-pathmend_repairs_total{kind="SessionDown",reason="observe mode",scope="controller",transport="iscsi",verdict="observed"} 1
+pathmend_repairs_total{kind="SessionDown",reason="observe_mode",scope="controller",transport="iscsi",verdict="observed"} 1
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(repairs), "pathmend_repairs_total"); err != nil {
 		t.Error(err)
