@@ -23,19 +23,24 @@ import (
 )
 
 // sessionHeal runs the iSCSI session heal in the monitor's tick: one read
-// of the iSCSI sysfs state, the healer's decisions, every decided verdict
-// in pathmend_repairs_total (as the NVMe heal's: kind SessionDown, scope
-// controller) and the recovery counters for every kick whose outcome is
-// known.
+// of the iSCSI sysfs state (through one Reader kept across ticks, which
+// reads what cannot change once per session), the healer's decisions,
+// every decided verdict in pathmend_repairs_total (as the NVMe heal's:
+// kind SessionDown, scope controller) and the recovery counters for every
+// kick whose outcome is known.
 type sessionHeal struct {
 	healer  *iscsi.SessionHealer
-	sys     sysfs.FS
+	reader  *iscsi.Reader
 	metrics *metrics.Metrics
 	clock   clock.PassiveClock
 }
 
+func newSessionHeal(healer *iscsi.SessionHealer, sys sysfs.FS, m *metrics.Metrics, clk clock.PassiveClock) sessionHeal {
+	return sessionHeal{healer: healer, reader: iscsi.NewReader(sys), metrics: m, clock: clk}
+}
+
 func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
-	snap, err := iscsi.Read(s.sys, s.clock.Now())
+	snap, err := s.reader.Read(s.clock.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
 		return
@@ -54,7 +59,7 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 		}
 		outcomes = append(outcomes, heal.Outcome{
 			Defect:  heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
-			Verdict: r.Verdict, Reason: r.Reason, Err: r.Err,
+			Verdict: r.Verdict, Reason: r.Reason, Class: r.Class, Err: r.Err,
 		})
 		switch r.Verdict {
 		case heal.Repaired:

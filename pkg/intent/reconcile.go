@@ -191,8 +191,6 @@ func (r *Reconciler) reconcile(ctx context.Context, lease *Lease, ls volume.List
 	if rec.State == volume.StateAttaching {
 		why = fmt.Sprintf("attaching for %s with no RPC in flight", heal.RoundDuration(r.deps.Clock.Since(rec.StateSince)))
 	}
-	// Reasons start with a stable class ("in use", "unreadable record"),
-	// so an unchanged verdict is logged once, not every tick.
 	if use, err := r.inUse(rec); err != nil || use != "" {
 		v.Result, v.Reason, v.Err = Kept, "in use: "+use+"; "+why, err
 		if err != nil {
@@ -303,7 +301,7 @@ func (r *Reconciler) report(v Verdict) {
 	}
 	switch v.Result {
 	case Kept, Refused, Observed:
-		if !r.gate.Should(v.VolumeID, string(v.Result)+":"+heal.ReasonClass(v.Reason)) {
+		if !r.gate.Should(v.VolumeID, string(v.Result)) {
 			return
 		}
 	default:

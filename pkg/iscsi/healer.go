@@ -165,8 +165,10 @@ type Report struct {
 	Verdict heal.Verdict
 	// Kick is the kick chosen (or run, or awaited).
 	Kick Kick
-	// Reason explains the verdict.
+	// Reason explains the verdict; Class is its bounded form (the
+	// metric's reason label), set with every Verdict.
 	Reason string
+	Class  heal.Class
 	// NewSession and TimeToLoggedIn are set on the Repaired report of a
 	// kick that brought the node record back to LOGGED_IN.
 	NewSession     SessionID

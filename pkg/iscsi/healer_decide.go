@@ -40,7 +40,7 @@ func (h *SessionHealer) decide(ctx context.Context, snap *Snapshot, recs []volum
 	}
 	if kickedNow {
 		for _, r := range restarts {
-			r.Verdict, r.Reason = heal.Deferred, "narrowest first: another kick ran this tick; restart decided on fresh state next tick"
+			r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassNarrowestFirst, "narrowest first: another kick ran this tick; restart decided on fresh state next tick"
 			h.logVerdict(*r)
 		}
 		return
@@ -66,13 +66,13 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 		return
 	}
 	if !r.InScope {
-		r.Verdict, r.Reason = heal.Refused, fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", r.Node.Target, h.cfg.Scope)
+		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassOutOfScope, fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", r.Node.Target, h.cfg.Scope)
 		return
 	}
 	// (c) The target refused our own login: kicking again cannot fix
 	// credentials or ACLs, and would hammer the target.
 	if err := h.rejected[key]; err != nil {
-		r.Verdict, r.Reason = heal.Refused, "login rejected by the target: "+err.Error()
+		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassLoginRejected, "login rejected by the target: "+err.Error()
 		return
 	}
 	// iscsid retries an unreachable portal forever by itself; no kick can
@@ -82,11 +82,11 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 		if r.Probe != nil {
 			why = r.Probe.TCPString()
 		}
-		r.Verdict, r.Reason = heal.Refused, "portal unreachable: "+why+"; iscsid retries by itself"
+		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassPortalUnreachable, "portal unreachable: "+why+"; iscsid retries by itself"
 		return
 	}
 	if r.ReachableFor < th {
-		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("reachability: portal reachable for %s of the %s required without interruption", heal.RoundDuration(r.ReachableFor), th)
+		r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassReachability, fmt.Sprintf("reachability: portal reachable for %s of the %s required without interruption", heal.RoundDuration(r.ReachableFor), th)
 		return
 	}
 	// The ladder, narrowest first: log in an absent session; log out and in
@@ -102,15 +102,15 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 	// record.
 	if r.Kick == KickRestart {
 		if left, ago := h.restart.Left(restartKey); left > 0 {
-			r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("restart cooldown: iscsid restarted %s ago, %s left; %s", heal.RoundDuration(ago), heal.RoundDuration(left), why)
+			r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassRestartCooldown, fmt.Sprintf("restart cooldown: iscsid restarted %s ago, %s left; %s", heal.RoundDuration(ago), heal.RoundDuration(left), why)
 			return
 		}
 	} else if left, ago := h.kicked.Left(r.Node.HealKey()); left > 0 {
-		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("cooldown: kicked %s ago, %s left", heal.RoundDuration(ago), heal.RoundDuration(left))
+		r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassCooldown, fmt.Sprintf("cooldown: kicked %s ago, %s left", heal.RoundDuration(ago), heal.RoundDuration(left))
 		return
 	}
 	if h.cfg.Mode == heal.ModeObserve {
-		r.Verdict, r.Reason = heal.Observed, "observe mode: would "+string(r.Kick)+"; "+why
+		r.Verdict, r.Class, r.Reason = heal.Observed, heal.ClassObserveMode, "observe mode: would "+string(r.Kick)+"; "+why
 		return
 	}
 	r.Verdict, r.Reason = heal.Repaired, why
@@ -144,7 +144,7 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 		h.resMu.Unlock()
 	})
 	if !started {
-		r.Verdict, r.Reason = heal.Deferred, "target busy: "+busy
+		r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassTargetBusy, "target busy: "+busy
 		h.logVerdict(*r)
 		return
 	}
@@ -236,9 +236,9 @@ func (h *SessionHealer) readResults(reports []*Report) {
 		final := p.report
 		switch {
 		case res.skipped != "":
-			final.Verdict, final.Reason = heal.Refused, "not kicked: "+res.skipped
+			final.Verdict, final.Class, final.Reason = heal.Refused, heal.ClassNotWanted, "not kicked: "+res.skipped
 		case res.err != nil:
-			final.Verdict, final.Err = heal.Failed, res.err
+			final.Verdict, final.Class, final.Err = heal.Failed, heal.ClassKickFailed, res.err
 			final.Reason = string(final.Kick) + " failed; chosen because " + final.Reason
 		default:
 			continue // ran: awaiting LOGGED_IN
@@ -246,7 +246,7 @@ func (h *SessionHealer) readResults(reports []*Report) {
 		delete(h.pending, res.key)
 		for _, r := range reports {
 			if r.Node.key() == res.key {
-				r.Verdict, r.Kick, r.Reason, r.Err = final.Verdict, final.Kick, final.Reason, final.Err
+				r.Verdict, r.Class, r.Kick, r.Reason, r.Err = final.Verdict, final.Class, final.Kick, final.Reason, final.Err
 			}
 		}
 		h.logVerdict(final)
@@ -261,7 +261,7 @@ func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 	// decides again.
 	if errors.Is(err, ErrInFlight) {
 		for _, r := range rs {
-			r.Verdict, r.Reason = heal.Deferred, "in flight: a login or logout is running; iscsid is not restarted under it"
+			r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassInFlight, "in flight: a login or logout is running; iscsid is not restarted under it"
 			h.logVerdict(*r)
 		}
 		return
@@ -282,7 +282,7 @@ func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 // LOGGED_IN (or the verify window passes).
 func (h *SessionHealer) settle(r *Report, err error) {
 	if err != nil {
-		r.Verdict, r.Err = heal.Failed, err
+		r.Verdict, r.Class, r.Err = heal.Failed, heal.ClassKickFailed, err
 		r.Reason = string(r.Kick) + " failed; chosen because " + r.Reason
 		h.logVerdict(*r)
 		return
@@ -297,7 +297,7 @@ func (h *SessionHealer) settle(r *Report, err error) {
 func (h *SessionHealer) logVerdict(r Report) {
 	switch r.Verdict {
 	case heal.Refused, heal.Deferred, heal.Observed:
-		what := string(r.Verdict) + ":" + string(r.Kick) + ":" + heal.ReasonClass(r.Reason)
+		what := string(r.Verdict) + ":" + string(r.Kick) + ":" + string(r.Class)
 		if !h.gate.Should(r.Node.key(), what) {
 			return
 		}

@@ -5,8 +5,12 @@
 // jitter. Each tick:
 //
 //  1. reads the records through the intent owner (pkg/intent) — the
-//     monitor keeps no other state, so a restarted plugin heals in its
-//     first tick — and sysfs once (nvme.Read), and plans without a lock
+//     monitor keeps no other intent, so a restarted plugin heals in its
+//     first tick — and sysfs once through the nvme.Reader it keeps across
+//     ticks (nvme.ScopePaths: what can change and what decisions use is
+//     read every tick, what is fixed for an object's life once per object;
+//     docs/performance.md), with one nvme.Index of it for the per-volume
+//     lookups, and plans without a lock
 //     which targets need work: an interrupted intent to finish, a defect,
 //     a missing path of a staged volume that is not backed off;
 //  2. starts one job per such target with the target's lease (intent
@@ -15,8 +19,8 @@
 //  3. reads the jobs that finished (with a synchronous runner, its own);
 //  4. runs the iSCSI session heal, when built in.
 //
-// A job, under the lease, re-reads the target's records and sysfs and
-// decides again:
+// A job, under the lease, re-reads the target's records and sysfs
+// (through the same Reader) and decides again:
 //
 //  1. finishes interrupted intents (intent.Reconciler);
 //  2. heals: nvme.Inspect → heal.Policy → nvme.Repairer; while a record

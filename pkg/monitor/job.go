@@ -61,11 +61,12 @@ func (m *Monitor) job(ctx context.Context, lease *intent.Lease) {
 	if len(exps) == 0 {
 		return // unstaged since the tick planned
 	}
-	host, err := nvme.Read(m.deps.SysFS)
+	host, err := m.nvme.Read()
 	if err != nil {
 		klog.ErrorS(err, "Read NVMe state failed; leaving the target alone this tick", "target", res.target.String())
 		return
 	}
+	idx := nvme.NewIndex(host)
 
 	// 1. heal
 	var defects []heal.Defect
@@ -104,7 +105,7 @@ func (m *Monitor) job(ctx context.Context, lease *intent.Lease) {
 		n := r.Context.NVMe
 		opt, others := nvme.OrderedEndpoints(n)
 		for _, group := range [][]volume.Endpoint{opt, others} {
-			c, s := m.reconcile(ctx, host, removed, n, group)
+			c, s := m.reconcile(ctx, idx, removed, n, group)
 			res.connects = append(res.connects, c...)
 			res.skipped = append(res.skipped, s...)
 			for _, x := range s {
@@ -120,10 +121,10 @@ func (m *Monitor) job(ctx context.Context, lease *intent.Lease) {
 // endpoint another volume of the target listed already was connected by
 // then and counts as present on the kernel's next read; the connect
 // answers "already connected" otherwise.
-func (m *Monitor) reconcile(ctx context.Context, host *nvme.Host, removed map[nvme.ControllerName]bool, n *volume.NVMeTCP, group []volume.Endpoint) (connected, skipped []string) {
+func (m *Monitor) reconcile(ctx context.Context, idx *nvme.Index, removed map[nvme.ControllerName]bool, n *volume.NVMeTCP, group []volume.Endpoint) (connected, skipped []string) {
 	for _, ep := range group {
 		present := false
-		for _, c := range nvme.ControllersTo(host, n.NQN, ep) {
+		for _, c := range idx.ControllersTo(n.NQN, ep) {
 			if !removed[c.Name] {
 				present = true
 			}
@@ -141,7 +142,7 @@ func (m *Monitor) reconcile(ctx context.Context, host *nvme.Host, removed map[nv
 			skipped = append(skipped, fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format(time.TimeOnly), lastErr))
 			continue
 		}
-		if err := m.connect(ctx, host, n, ep); err != nil {
+		if err := m.connect(ctx, idx.Host(), n, ep); err != nil {
 			until := m.back.failure(key, now, err)
 			klog.InfoS("Path not reconnected", "nqn", n.NQN, "endpoint", ep.String(), "err", err.Error(), "retryAt", until.Format(time.RFC3339))
 			skipped = append(skipped, fmt.Sprintf("%s: %v", ep, err))

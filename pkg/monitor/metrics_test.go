@@ -26,7 +26,7 @@ func TestTick_MetricsAfterAScriptedRepair(t *testing.T) {
 	body := scrape(t, m)
 	for _, want := range []string{
 		`pathmend_defects{kind="ControllerNotContributing",transport="nvme-tcp"} 1`,
-		`pathmend_repairs_total{kind="ControllerNotContributing",reason="",scope="controller",transport="nvme-tcp",verdict="repaired"} 1`,
+		`pathmend_repairs_total{kind="ControllerNotContributing",reason="torn_down",scope="controller",transport="nvme-tcp",verdict="repaired"} 1`,
 		`pathmend_volume_paths{state="expected",transport="nvme-tcp",volume_id="vol-a"} 2`,
 		`pathmend_volume_paths{state="live",transport="nvme-tcp",volume_id="vol-a"} 2`,
 		`pathmend_volume_paths{state="optimized",transport="nvme-tcp",volume_id="vol-a"} 1`,

@@ -94,6 +94,10 @@ type Monitor struct {
 	cfg  Config
 	deps Deps
 	back *backoff
+	// nvme reads sysfs every tick (and in every job: it is safe for
+	// concurrent use), remembering across ticks what cannot change while
+	// a kernel object lives.
+	nvme *nvme.Reader
 
 	mu       sync.Mutex
 	status   map[string]VolumeStatus
@@ -141,7 +145,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	if deps.PathExists == nil {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
-	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax),
+	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), nvme: nvme.NewReader(deps.SysFS, nvme.ScopePaths),
 		status: map[string]VolumeStatus{}, orphans: map[string]bool{},
 		gate: heal.NewLogGate(0, deps.Clock.Now)}, nil
 }

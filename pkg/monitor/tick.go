@@ -63,12 +63,13 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	need := map[volume.Target]bool{}
 	notes := map[string][]string{}
 	var host *nvme.Host
+	var idx *nvme.Index
 	if healing && len(exps) > 0 {
-		h, err := nvme.Read(m.deps.SysFS)
+		h, err := m.nvme.Read()
 		if err != nil {
 			klog.ErrorS(err, "Read NVMe state failed; skipping this tick's NVMe passes")
 		} else {
-			host = h
+			host, idx = h, nvme.NewIndex(h)
 		}
 	}
 	if host != nil {
@@ -81,7 +82,7 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 			}
 		}
 		m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), counts)
-		m.planReconnects(host, staged, need, notes, &rep)
+		m.planReconnects(idx, staged, need, notes, &rep)
 	} else {
 		m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), nil)
 	}
@@ -123,13 +124,13 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	if healing && len(staged) > 0 {
 		// Read again only when a job changed the kernel's state; a
 		// healthy tick reads sysfs once.
-		if host == nil || changed {
-			if h, err := nvme.Read(m.deps.SysFS); err == nil {
-				host = h
+		if idx == nil || changed {
+			if h, err := m.nvme.Read(); err == nil {
+				idx = nvme.NewIndex(h)
 			}
 		}
-		if host != nil {
-			m.updateStatus(host, staged, notes)
+		if idx != nil {
+			m.updateStatus(idx, staged, notes)
 		}
 	} else {
 		m.forgetAll()
@@ -148,12 +149,12 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 // planReconnects notes, for every staged volume, the missing endpoints a
 // job would reconnect; a target with one that is not backed off needs a
 // job. Backed-off endpoints are reported here, with no job and no lock.
-func (m *Monitor) planReconnects(host *nvme.Host, staged []nvme.Expectation, need map[volume.Target]bool, notes map[string][]string, rep *Report) {
+func (m *Monitor) planReconnects(idx *nvme.Index, staged []nvme.Expectation, need map[volume.Target]bool, notes map[string][]string, rep *Report) {
 	now := m.deps.Clock.Now()
 	for _, e := range staged {
 		t := volume.Target{Transport: volume.TransportNVMeTCP, Name: e.NQN}
 		for _, ep := range e.Endpoints {
-			if len(nvme.ControllersTo(host, e.NQN, ep)) > 0 {
+			if len(idx.ControllersTo(e.NQN, ep)) > 0 {
 				continue
 			}
 			if m.deps.Policy.Mode() != heal.ModeRepair {
@@ -218,10 +219,10 @@ func anyRemoved(outs []heal.Outcome) bool {
 // updateStatus records what the tick saw per staged volume and feeds the
 // path metrics. Notes of a volume a job did not report on this tick are
 // kept from the last tick that had some.
-func (m *Monitor) updateStatus(host *nvme.Host, exps []nvme.Expectation, notes map[string][]string) {
+func (m *Monitor) updateStatus(idx *nvme.Index, exps []nvme.Expectation, notes map[string][]string) {
 	status := map[string]VolumeStatus{}
 	for _, e := range exps {
-		pr := nvme.ReportPaths(host, e)
+		pr := idx.ReportPaths(e)
 		status[e.VolumeID] = VolumeStatus{Paths: pr, Notes: notes[e.VolumeID]}
 		m.deps.Metrics.SetVolumePaths(e.VolumeID, string(volume.TransportNVMeTCP), pr.Expected, pr.Live, pr.Optimized)
 	}
