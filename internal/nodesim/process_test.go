@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +79,8 @@ func (s *sim) start() *process {
 	}
 	ex := &iscsitest.Exec{Handler: func(ctx context.Context, argv []string) iscsitest.Result {
 		p.point(fmt.Sprint(argv))
+		s.iscsiadm(argv)
+		defer s.changed(false, true)
 		return s.host.Exec.Handler(ctx, argv)
 	}}
 	w := seamWriter{s.host, p}
@@ -109,9 +111,16 @@ func (s *sim) start() *process {
 	if err != nil {
 		panic(err)
 	}
+	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
+		Policy: policy, Threshold: 45 * time.Second, Kicker: in, Prober: reachable{}, Targets: p.owner, Now: s.clk.Now,
+	})
+	if err != nil {
+		panic(err)
+	}
 	p.mon, err = monitor.New(monitor.Config{}, monitor.Deps{
 		SysFS: s.kernel.FS(), Intents: p.owner, Reconciler: rec, Policy: policy, Connector: conn, Host: host,
 		Prober: reachable{}, Clock: s.clk, PathExists: func(string) bool { return true },
+		Sessions: sessionHeal{healer, iscsi.NewReader(sysfs.New(s.host.Sys)), s.clk},
 	})
 	if err != nil {
 		panic(err)
@@ -131,9 +140,31 @@ func (s *sim) start() *process {
 
 var host = fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"}
 
+// reachable answers every probe, NVMe's and iSCSI's: the fabric is up;
+// faults act on the kernel's side.
 type reachable struct{}
 
 func (reachable) Reachable(context.Context, string) error { return nil }
+
+func (reachable) Probe(context.Context, volume.Endpoint) iscsi.Reachability {
+	return iscsi.Reachability{ICMP: iscsi.ICMPReply}
+}
+
+// sessionHeal is the iSCSI session heal in the monitor's tick, as serve
+// wires it: one Reader kept across ticks, the healer's decisions.
+type sessionHeal struct {
+	healer *iscsi.SessionHealer
+	reader *iscsi.Reader
+	clock  interface{ Now() time.Time }
+}
+
+func (h sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
+	snap, err := h.reader.Read(h.clock.Now())
+	if err != nil {
+		panic(err)
+	}
+	h.healer.Tick(ctx, snap, records, recordsErr)
+}
 
 // seamStore makes every record write a seam.
 type seamStore struct {
@@ -143,11 +174,13 @@ type seamStore struct {
 
 func (s seamStore) Put(r volume.Record) error {
 	s.p.point(fmt.Sprintf("put %s %s", r.VolumeID, r.State))
+	defer s.p.sim.changed(true, false)
 	return s.Store.Put(r)
 }
 
 func (s seamStore) Delete(id string) error {
 	s.p.point("delete record " + id)
+	defer s.p.sim.changed(true, false)
 	return s.Store.Delete(id)
 }
 
@@ -158,12 +191,19 @@ type seamConnector struct {
 }
 
 func (c seamConnector) Connect(ctx context.Context, o fabrics.Options) (fabrics.Result, error) {
-	c.p.point(fmt.Sprintf("connect %s %s:%s", o.NQN, o.Traddr, o.Trsvcid))
+	what := fmt.Sprintf("connect %s %s:%s", o.NQN, o.Traddr, o.Trsvcid)
+	c.p.point(what)
+	if !c.p.sim.needs(volume.Target{Transport: volume.TransportNVMeTCP, Name: o.NQN}, o.Traddr+":"+o.Trsvcid) {
+		c.p.sim.violation("%s: no attaching or staged record lists it", what)
+	}
 	return c.k.Connect(ctx, o)
 }
 
 func (c seamConnector) Disconnect(ctrl string) error {
 	c.p.point("disconnect " + ctrl)
+	if nqn, err := c.p.sim.kernel.FS().ReadAttr("class/nvme/" + ctrl + "/subsysnqn"); err == nil {
+		c.p.sim.teardown(volume.Target{Transport: volume.TransportNVMeTCP, Name: nqn}, "disconnect "+ctrl)
+	}
 	return c.k.Disconnect(ctrl)
 }
 
@@ -180,6 +220,7 @@ type seamWriter struct {
 
 func (w seamWriter) WriteAttr(rel, value string) error {
 	w.p.point("write " + rel)
+	defer w.p.sim.changed(false, true)
 	return w.h.WriteAttr(rel, value)
 }
 
@@ -208,11 +249,21 @@ func (m *seamMounter) Unmount(target string) error {
 // newMounts is the node's mount table (FakeMounter locks itself).
 func newMounts() *mount.FakeMounter { return mount.NewFakeMounter(nil) }
 
-// stagingDir makes the staging directory of a volume.
-func stagingDir(root, id string) string {
-	p := filepath.Join(root, id)
-	if err := os.MkdirAll(p, 0o750); err != nil {
-		panic(err)
+// iscsiadm checks an iscsiadm command the scheduler let through: a
+// login or a new node record needs an attaching or staged record listing
+// the portal; a logout or a deleted node record is a teardown.
+func (s *sim) iscsiadm(argv []string) {
+	t := volume.Target{Transport: volume.TransportISCSI, Name: iqnT}
+	portal := ""
+	if i := slices.Index(argv, "-p"); i >= 0 && i+1 < len(argv) {
+		portal = argv[i+1]
 	}
-	return p
+	switch {
+	case iscsitest.Has(argv, "--login"), iscsitest.Has(argv, "-o", "new"):
+		if !s.needs(t, portal) {
+			s.violation("%v: no attaching or staged record lists %s", argv, portal)
+		}
+	case iscsitest.Has(argv, "-m", "session", "-u"), iscsitest.Has(argv, "-o", "delete"):
+		s.teardown(t, fmt.Sprint(argv))
+	}
 }

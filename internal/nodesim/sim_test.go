@@ -1,7 +1,6 @@
 package nodesim
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -16,21 +15,21 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
-	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 var (
-	schedules = flag.Int("schedules", 30, "schedules to run")
-	seedFlag  = flag.Uint64("seed", 0, "run only this seed (0: seeds 1..schedules)")
+	schedules = flag.Int("schedules", 200, "schedules to run (seeds -first … -first+schedules-1)")
+	firstSeed = flag.Uint64("first", 1, "the first seed")
+	seedFlag  = flag.Uint64("seed", 0, "run only this seed (0: -schedules seeds from -first)")
 	steps     = flag.Int("steps", 60, "scheduler steps per schedule before quiescence")
+	showTrace = flag.Bool("trace", false, "log the trace of every schedule, also a passing one")
 )
 
 const (
@@ -39,31 +38,38 @@ const (
 	iqnT = "iqn.2024-01.io.example:t"
 	// chapSecret must never reach a log line or a record.
 	chapSecret = "sim-chap-Secret-7"
+	// phantom is the volume of the unreadable record the scheduler puts
+	// in the state directory: written by a newer pathmend, naming a
+	// target of the node.
+	phantom = "zz-from-a-newer-pathmend"
 )
 
-// coState is what the CO (kubelet) believes of a volume.
+// coState is what the CO (kubelet) believes of a volume's stage, or of
+// its one publication.
 type coState int
 
 const (
-	unstaged coState = iota // never staged, or its NodeUnstage was acknowledged
-	staged                  // its NodeStage was acknowledged
-	unknown                 // an RPC failed or its process crashed: the CO will retry, or never come back
-	busy                    // an RPC is running
+	absent  coState = iota // never staged (published), or its NodeUnstage (NodeUnpublish) was acknowledged
+	done                   // its NodeStage (NodePublish) was acknowledged
+	unknown                // an RPC failed or its process crashed: the CO will retry, or never come back
 )
 
-// vol is one volume the CO may stage on the node.
+// vol is one volume the CO may stage and publish on the node.
 type vol struct {
-	id string
-	vc map[string]string
-	co coState
-	// target is its volume.Target.
+	id     string
+	vc     map[string]string
 	target volume.Target
+	// stage and pub are the CO's view; busy is set while one of its RPCs
+	// runs (kubelet runs one operation per volume at a time).
+	stage, pub coState
+	busy       bool
 }
 
 // parked is an actor waiting at a seam.
 type parked struct {
 	p    *process
 	what string
+	seq  uint64
 	go1  chan bool
 }
 
@@ -77,16 +83,32 @@ type sim struct {
 	host     *iscsitest.Host
 	mounts   *mount.FakeMounter
 	stateDir string
-	staging  string
+	root     string
 	gen      int
 	proc     *process
 	vols     []*vol
 	trace    []string
 	ticking  bool
+	failing  bool
+	faults   faults
+	// dirty is set when the node may have changed since the last check;
+	// faulted when a fault was injected since then (the one way a staged
+	// volume may lose a path); live is each staged volume's live paths at
+	// the last check.
+	dirty, faulted bool
+	live           map[string]counted
+	stats          *stats
 
-	mu     sync.Mutex
-	parked []parked
-	done   []result
+	mu      sync.Mutex
+	seq     uint64
+	parked  []parked
+	ended   []result
+	wake    chan struct{}
+	seamErr []string // violations seen inside an actor, reported by check
+	// recEpoch counts changes of the records, iscsiEpoch of the iSCSI
+	// host; recCache holds the records read at recCacheAt.
+	recEpoch, iscsiEpoch, recCacheAt int
+	recCache                         []volume.Record
 }
 
 // result is an actor that ended.
@@ -95,17 +117,41 @@ type result struct {
 	op      string
 	err     error
 	crashed bool
-	p       *process
+}
+
+func (s *sim) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (s *sim) park(p *process, what string, go1 chan bool) {
+	what = s.clean(what)
 	s.mu.Lock()
-	s.parked = append(s.parked, parked{p, what, go1})
+	s.seq++
+	s.parked = append(s.parked, parked{p, what, s.seq, go1})
+	s.mu.Unlock()
+	s.signal()
+}
+
+// violation records a broken invariant seen by an actor at a seam; the
+// scheduler reports it at its next check.
+func (s *sim) violation(format string, args ...any) {
+	s.mu.Lock()
+	s.seamErr = append(s.seamErr, fmt.Sprintf(format, args...))
 	s.mu.Unlock()
 }
 
 func (s *sim) logf(format string, args ...any) {
-	s.trace = append(s.trace, fmt.Sprintf(format, args...))
+	s.trace = append(s.trace, s.clean(fmt.Sprintf(format, args...)))
+}
+
+// clean makes a trace line the same in every run of the seed (paths
+// relative to the schedule's scratch directory) and fit to print (no
+// secret: the sim's own trace shows the iscsiadm command lines).
+func (s *sim) clean(line string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(line, s.root, ""), chapSecret, "<secret>")
 }
 
 // scratch is a directory for one schedule's trees, on tmpfs (/dev/shm)
@@ -121,11 +167,12 @@ func scratch(t *testing.T) string {
 	return t.TempDir()
 }
 
-func newSim(t *testing.T, seed uint64) *sim {
+func newSim(t *testing.T, seed uint64, st *stats) *sim {
 	dir := scratch(t)
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
 		clk: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), mounts: newMounts(),
-		stateDir: filepath.Join(dir, "state"), staging: filepath.Join(dir, "staging")}
+		stateDir: filepath.Join(dir, "state"), root: dir, wake: make(chan struct{}, 1),
+		live: map[string]counted{}, stats: st, dirty: true, recCacheAt: -1}
 	s.kernel = nvmetest.NewKernel(filepath.Join(dir, "nvme"), s.clk)
 	s.kernel.AddTarget(nvmetest.SharedTarget(nqnA))
 	s.kernel.AddTarget(nvmetest.SharedTarget(nqnB))
@@ -152,8 +199,12 @@ func newSim(t *testing.T, seed uint64) *sim {
 func (s *sim) spawn(v *vol, op string, f func(p *process) error) {
 	p := s.proc
 	p.actors.Add(1)
+	if v != nil {
+		v.busy = true
+	}
+	s.logf("%s %s", op, v.name())
 	go func() {
-		r := result{v: v, op: op, p: p}
+		r := result{v: v, op: op}
 		defer func() {
 			if x := recover(); x != nil {
 				if _, ok := x.(crash); !ok {
@@ -163,21 +214,36 @@ func (s *sim) spawn(v *vol, op string, f func(p *process) error) {
 			}
 			p.actors.Add(-1)
 			s.mu.Lock()
-			s.done = append(s.done, r)
+			s.ended = append(s.ended, r)
 			s.mu.Unlock()
+			s.signal()
 		}()
 		r.err = f(p)
 	}()
 }
 
+func (v *vol) name() string {
+	if v == nil {
+		return ""
+	}
+	return v.id
+}
+
+func (s *sim) stagingPath(v *vol) string { return filepath.Join(s.root, "kubelet", "staging", v.id) }
+func (s *sim) publishPath(v *vol) string {
+	return filepath.Join(s.root, "kubelet", "pods", v.id, "mount")
+}
+
+func capability() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
+
 func (s *sim) stage(v *vol) {
-	v.co = busy
-	s.logf("NodeStage %s", v.id)
-	req := &csi.NodeStageVolumeRequest{VolumeId: v.id, StagingTargetPath: stagingDir(s.staging, v.id), VolumeContext: v.vc,
-		VolumeCapability: &csi.VolumeCapability{
-			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		}}
+	req := &csi.NodeStageVolumeRequest{VolumeId: v.id, StagingTargetPath: mkdir(s.stagingPath(v)), VolumeContext: v.vc,
+		VolumeCapability: capability()}
 	if v.target.Transport == volume.TransportISCSI {
 		req.Secrets = map[string]string{"chapUsername": "sim-user", "chapPassword": chapSecret}
 	}
@@ -188,28 +254,47 @@ func (s *sim) stage(v *vol) {
 }
 
 func (s *sim) unstage(v *vol) {
-	v.co = busy
-	s.logf("NodeUnstage %s", v.id)
-	req := &csi.NodeUnstageVolumeRequest{VolumeId: v.id, StagingTargetPath: stagingDir(s.staging, v.id)}
+	req := &csi.NodeUnstageVolumeRequest{VolumeId: v.id, StagingTargetPath: s.stagingPath(v)}
 	s.spawn(v, "NodeUnstage", func(p *process) error {
 		_, err := p.drv.NodeUnstageVolume(context.Background(), req)
 		return err
 	})
 }
 
+func (s *sim) publish(v *vol) {
+	req := &csi.NodePublishVolumeRequest{VolumeId: v.id, StagingTargetPath: s.stagingPath(v), TargetPath: s.publishPath(v),
+		VolumeContext: v.vc, VolumeCapability: capability()}
+	s.spawn(v, "NodePublish", func(p *process) error {
+		_, err := p.drv.NodePublishVolume(context.Background(), req)
+		return err
+	})
+}
+
+func (s *sim) unpublish(v *vol) {
+	req := &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: s.publishPath(v)}
+	s.spawn(v, "NodeUnpublish", func(p *process) error {
+		_, err := p.drv.NodeUnpublishVolume(context.Background(), req)
+		return err
+	})
+}
+
 func (s *sim) tick() {
 	s.ticking = true
-	s.logf("tick")
 	s.spawn(nil, "tick", func(p *process) error { p.mon.Tick(context.Background()); return nil })
 }
 
 // collect reads the actors that ended into the CO's view.
 func (s *sim) collect() {
 	s.mu.Lock()
-	done := s.done
-	s.done = nil
+	ended := s.ended
+	s.ended = nil
 	s.mu.Unlock()
-	for _, r := range done {
+	// Actors that end within one settle end in any order.
+	slices.SortFunc(ended, func(a, b result) int {
+		return strings.Compare(a.op+" "+a.v.name(), b.op+" "+b.v.name())
+	})
+	for _, r := range ended {
+		s.dirty = true
 		if r.v == nil {
 			s.ticking = false
 			if r.crashed {
@@ -217,21 +302,68 @@ func (s *sim) collect() {
 			}
 			continue
 		}
+		r.v.busy = false
+		state := &r.v.stage
+		if r.op == "NodePublish" || r.op == "NodeUnpublish" {
+			state = &r.v.pub
+		}
 		switch {
 		case r.crashed:
-			r.v.co = unknown
+			*state = unknown
 			s.logf("  %s %s: crashed", r.op, r.v.id)
 		case r.err != nil:
-			r.v.co = unknown
+			*state = unknown
 			s.logf("  %s %s: %v", r.op, r.v.id, driver.ToStatus(r.err))
-		case r.op == "NodeStage":
-			r.v.co = staged
+		case r.op == "NodeStage" || r.op == "NodePublish":
+			*state = done
 			s.logf("  %s %s: ok", r.op, r.v.id)
 		default:
-			r.v.co = unstaged
+			*state = absent
 			s.logf("  %s %s: ok", r.op, r.v.id)
 		}
 	}
+}
+
+// settle waits until every actor is parked, blocked or done (bubble time
+// passes for actors asleep in a poll loop), reads the ended ones and
+// orders the parked ones the same way in every run of the seed. It
+// returns the number parked.
+func (s *sim) settle() int {
+	for {
+		synctest.Wait()
+		s.collect()
+		s.mu.Lock()
+		n := len(s.parked)
+		s.sortParked()
+		s.mu.Unlock()
+		if n > 0 || s.proc.actors.Load() == 0 {
+			return n
+		}
+		// Every actor is blocked and none parked: one is asleep (a poll,
+		// a retry's backoff). Let bubble time run until an actor parks or
+		// ends; an hour of it means none ever will.
+		timer := time.NewTimer(time.Hour)
+		select {
+		case <-s.wake:
+			timer.Stop()
+		case <-timer.C:
+			s.fail("actors neither park nor end for an hour of bubble time: a deadlock")
+		}
+	}
+}
+
+// sortParked orders the parked actors the same way in every run of the
+// seed, whatever order they arrived in within one settle. s.mu is held.
+func (s *sim) sortParked() {
+	slices.SortFunc(s.parked, func(a, b parked) int {
+		if a.p.gen != b.p.gen {
+			return a.p.gen - b.p.gen
+		}
+		if c := strings.Compare(a.what, b.what); c != 0 {
+			return c
+		}
+		return int(a.seq - b.seq)
+	})
 }
 
 // release lets the parked actor i through (or, with ok false, kills it).
@@ -240,29 +372,14 @@ func (s *sim) release(i int, ok bool) {
 	p := s.parked[i]
 	s.parked = slices.Delete(s.parked, i, i+1)
 	s.mu.Unlock()
+	s.dirty = true
 	if ok {
 		s.logf("  %s", p.what)
+		s.stats.released(seamKind(p.what))
+	} else {
+		s.stats.crashedAt(seamKind(p.what))
 	}
 	p.go1 <- ok
-}
-
-// settle waits until every actor is parked, blocked or done, letting
-// bubble time pass for actors asleep in a poll loop, and reads the ended
-// ones. It returns the number parked.
-func (s *sim) settle() int {
-	for range 10000 {
-		synctest.Wait()
-		s.collect()
-		s.mu.Lock()
-		n := len(s.parked)
-		s.mu.Unlock()
-		if n > 0 || s.proc.actors.Load() == 0 {
-			return n
-		}
-		time.Sleep(10 * time.Millisecond) // actors polling sysfs
-	}
-	s.fail("actors neither park nor end: a deadlock")
-	return 0
 }
 
 // crashNow kills the process at this point: every actor unwinds at its
@@ -271,9 +388,11 @@ func (s *sim) crashNow() {
 	old := s.proc
 	s.logf("CRASH (process %d)", old.gen)
 	old.crashed.Store(true)
-	for old.actors.Load() > 0 {
+	s.dirty = true
+	for {
 		synctest.Wait()
 		s.mu.Lock()
+		s.sortParked()
 		var mine []int
 		for i := len(s.parked) - 1; i >= 0; i-- {
 			if s.parked[i].p == old {
@@ -281,15 +400,27 @@ func (s *sim) crashNow() {
 			}
 		}
 		s.mu.Unlock()
+		if len(mine) == 0 && old.actors.Load() == 0 {
+			break
+		}
 		for _, i := range mine {
 			s.release(i, false)
 		}
 		if len(mine) == 0 {
-			time.Sleep(10 * time.Millisecond)
+			timer := time.NewTimer(time.Hour)
+			select {
+			case <-s.wake:
+				timer.Stop()
+			case <-timer.C:
+				s.fail("a crashed process's actors never unwind")
+			}
 		}
 	}
 	synctest.Wait()
 	s.collect()
+	if s.rng.IntN(4) == 0 {
+		s.putPhantom()
+	}
 	s.proc = s.start()
 }
 
@@ -299,28 +430,43 @@ func (s *sim) step() {
 	s.check()
 	switch x := s.rng.IntN(100); {
 	case x < 3 && (n > 0 || s.proc.actors.Load() > 0):
+		if n == 0 {
+			s.stats.crashedAt("blocked")
+		}
 		s.crashNow()
-	case x < 55 && n > 0:
+	case x < 53 && n > 0:
 		s.release(s.rng.IntN(n), true)
-	case x < 65:
+	case x < 61:
 		if !s.ticking {
 			s.tick()
 		}
-	case x < 70:
+	case x < 65:
 		d := time.Duration(s.rng.IntN(400)) * time.Second
 		s.logf("clock +%s", d)
 		s.clk.Step(d)
 		s.kernel.Refresh()
+		s.dirty = true
+	case x < 72:
+		s.fault()
 	default:
-		v := s.vols[s.rng.IntN(len(s.vols))]
-		if v.co == busy {
-			return
-		}
-		if s.rng.IntN(2) == 0 {
-			s.stage(v)
-		} else {
-			s.unstage(v)
-		}
+		s.request(s.vols[s.rng.IntN(len(s.vols))])
+	}
+}
+
+// request has the CO send v one RPC that kubelet could send now.
+func (s *sim) request(v *vol) {
+	if v.busy {
+		return
+	}
+	switch x := s.rng.IntN(10); {
+	case x < 2 && v.stage == done: // a pod starts
+		s.publish(v)
+	case x < 4 && v.pub != absent: // a pod ends
+		s.unpublish(v)
+	case x < 7:
+		s.stage(v)
+	case v.pub == absent: // kubelet unstages what nothing publishes
+		s.unstage(v)
 	}
 }
 
@@ -336,42 +482,54 @@ func (s *sim) drain() {
 	}
 }
 
-// quiesce ends the schedule: every actor finishes; the CO settles each
-// volume it does not know (retries NodeStage or NodeUnstage until it is
-// acknowledged, or never comes back); the monitor ticks past the grace and
-// the intent timeout.
+// settleCO has the CO settle what it does not know: it retries until the
+// RPC is acknowledged, or never comes back.
+func (s *sim) settleCO(v *vol, state *coState, want coState, retry func(*vol)) {
+	for try := 0; *state != want; try++ {
+		if try == 5 {
+			s.fail("%s of %s never succeeds", map[coState]string{done: "setting up", absent: "tearing down"}[want], v.id)
+		}
+		retry(v)
+		s.drain()
+	}
+}
+
+// quiesce ends the schedule: every actor finishes; the faults end and an
+// operator removes the unreadable record; the CO settles each volume it
+// does not know; the monitor ticks past the grace, the heal's thresholds
+// and the intent timeout.
 func (s *sim) quiesce() {
 	s.logf("QUIESCE")
 	s.drain()
+	s.healFaults()
 	for _, v := range s.vols {
-		if v.co != unknown {
-			continue
+		if v.pub == unknown || v.stage == unknown {
+			switch s.rng.IntN(4) {
+			case 0: // the CO never comes back: the reconciliation's
+				s.logf("CO abandons %s", v.id)
+				continue
+			case 1:
+				if v.stage == unknown {
+					s.settleCO(v, &v.stage, done, s.stage)
+				}
+				if v.pub == unknown {
+					s.settleCO(v, &v.pub, done, s.publish)
+				}
+				continue
+			}
 		}
-		switch s.rng.IntN(3) {
-		case 0: // the CO never comes back: reconciliation's
-			s.logf("CO abandons %s", v.id)
-			continue
-		case 1:
-			for try := 0; v.co != staged; try++ {
-				if try == 5 {
-					s.fail("NodeStage of %s never succeeds", v.id)
-				}
-				s.stage(v)
-				s.drain()
-			}
-		default:
-			for try := 0; v.co != unstaged; try++ {
-				if try == 5 {
-					s.fail("NodeUnstage of %s never succeeds", v.id)
-				}
-				s.unstage(v)
-				s.drain()
-			}
+		if v.stage == unknown && v.pub != absent || v.pub == unknown {
+			s.settleCO(v, &v.pub, absent, s.unpublish)
+		}
+		if v.stage == unknown {
+			s.settleCO(v, &v.stage, absent, s.unstage)
 		}
 	}
-	for _, d := range []time.Duration{6 * time.Second, 6 * time.Minute, 6 * time.Second, 6 * time.Second} {
+	for _, d := range []time.Duration{6 * time.Second, time.Minute, 6 * time.Minute, 3 * time.Minute, 6 * time.Second, 6 * time.Second} {
+		s.logf("clock +%s", d)
 		s.clk.Step(d)
 		s.kernel.Refresh()
+		s.dirty = true
 		s.tick()
 		s.drain()
 	}
@@ -382,227 +540,37 @@ func (s *sim) quiesce() {
 // process so that no actor is left parked in the bubble.
 func (s *sim) fail(format string, args ...any) {
 	s.t.Helper()
-	s.t.Errorf("seed %d: %s\ntrace:\n%s", s.seed, fmt.Sprintf(format, args...), strings.Join(s.trace, "\n"))
+	if s.failing { // the crash below failed too
+		s.t.FailNow()
+	}
+	s.failing = true
+	s.t.Errorf("seed %d: %s\nreplay: go test ./internal/nodesim -run 'TestSimulation$' -seed=%d -steps=%d\ntrace:\n%s",
+		s.seed, fmt.Sprintf(format, args...), s.seed, *steps, strings.Join(s.trace, "\n"))
 	s.crashNow()
 	s.t.FailNow()
 }
 
-// records reads the records of the node.
-func (s *sim) records() volume.Listing {
-	store, err := volume.NewStore(s.stateDir)
-	if err != nil {
-		s.fail("%v", err)
-	}
-	l, err := store.Scan()
-	if err != nil {
-		s.fail("%v", err)
-	}
-	return l
-}
-
-// check tests what must hold after every step.
-func (s *sim) check() {
-	l := s.records()
-	if len(l.Unreadable) > 0 {
-		s.fail("unreadable record: %v", l.Err())
-	}
-	// An acknowledged staged volume keeps every path: no fault is
-	// injected, so only an action for another volume or by the monitor
-	// could take one.
-	h, err := nvme.Read(s.kernel.FS())
-	if err != nil {
-		s.fail("read nvme: %v", err)
-	}
-	for _, v := range s.vols {
-		if v.co != staged {
-			continue
-		}
-		if live, want, why := s.livePaths(h, v); live < want {
-			s.fail("staged volume %s has %d of %d paths: %s", v.id, live, want, why)
-		}
-	}
-	// Nothing of a target no record names.
-	named := map[volume.Target]bool{}
-	for _, r := range l.Records {
-		named[r.Target()] = true
-	}
-	for _, nqn := range []string{nqnA, nqnB} {
-		t := volume.Target{Transport: volume.TransportNVMeTCP, Name: nqn}
-		if named[t] {
-			continue
-		}
-		for _, c := range h.Controllers {
-			if c.SubsysNQN == nqn {
-				s.fail("controller %s of %s, which no record names", c.Name, nqn)
-			}
-		}
-	}
-	if !named[volume.Target{Transport: volume.TransportISCSI, Name: iqnT}] {
-		if k := s.host.SessionKeys(); len(k) > 0 {
-			s.fail("sessions %v of a target no record names", k)
-		}
-		if k := s.host.RecordKeys(); len(k) > 0 {
-			s.fail("node records %v of a target no record names", k)
-		}
-	}
-}
-
-// livePaths counts a volume's live paths and the paths it expects, and
-// says what is wrong.
-func (s *sim) livePaths(h *nvme.Host, v *vol) (live, want int, why string) {
-	c, _, err := volume.Parse(v.vc, nil)
-	if err != nil {
-		s.fail("%v", err)
-	}
-	if v.target.Transport == volume.TransportNVMeTCP {
-		e, _ := nvme.ExpectationFromRecord(volume.Record{VolumeID: v.id, Context: c})
-		r := nvme.ConditionOf(nvme.ReportPaths(h, e))
-		p := nvme.ReportPaths(h, e)
-		return p.Live, p.Expected, r.Message
-	}
-	cond := s.proc.iscsi.Health(context.Background(), volume.Record{VolumeID: v.id, Context: c})
-	if cond.Status == driver.Healthy {
-		return 2, 2, cond.Message
-	}
-	return 0, 2, cond.Message
-}
-
-// checkQuiescent: the kernel holds exactly what the records need, and no
-// interrupted intent is left but one whose device is in use.
-func (s *sim) checkQuiescent() {
-	l := s.records()
-	need := map[string]map[string]bool{} // NQN or IQN → endpoints/portals
-	for _, r := range l.Records {
-		if r.State == volume.StateDetaching {
-			s.fail("record of %s left detaching at quiescence", r.VolumeID)
-		}
-		if r.State == volume.StateAttaching {
-			if mounted, _ := s.mounts.IsMountPoint(r.StagingPath); !mounted {
-				s.fail("record of %s left attaching with nothing using it", r.VolumeID)
-			}
-		}
-		t := r.Target()
-		if need[t.Name] == nil {
-			need[t.Name] = map[string]bool{}
-		}
-		if n := r.Context.NVMe; n != nil {
-			for _, ep := range n.Endpoints {
-				need[t.Name][ep.String()] = true
-			}
-		}
-		if i := r.Context.ISCSI; i != nil {
-			for _, ep := range i.Portals {
-				need[t.Name][ep.String()] = true
-			}
-		}
-	}
-	h, err := nvme.Read(s.kernel.FS())
-	if err != nil {
-		s.fail("%v", err)
-	}
-	for _, nqn := range []string{nqnA, nqnB} {
-		got := map[string]int{}
-		for _, c := range h.Controllers {
-			if c.SubsysNQN == nqn {
-				got[c.Endpoint().String()[len("tcp "):]]++
-			}
-		}
-		for ep, n := range got {
-			if !need[nqn][ep] || n != 1 {
-				s.fail("%s: %d controllers to %s, records need %v", nqn, n, ep, need[nqn])
-			}
-		}
-		for ep := range need[nqn] {
-			if got[ep] == 0 {
-				s.fail("%s: no controller to %s the records need", nqn, ep)
-			}
-		}
-	}
-	var wantKeys []string
-	for ep := range need[iqnT] {
-		wantKeys = append(wantKeys, iqnT+","+ep)
-	}
-	slices.Sort(wantKeys)
-	if got := s.host.SessionKeys(); !slices.Equal(got, wantKeys) {
-		s.fail("sessions %v, records need %v", got, wantKeys)
-	}
-	if got := s.host.RecordKeys(); !slices.Equal(got, wantKeys) {
-		s.fail("node records %v, records need %v", got, wantKeys)
-	}
-}
-
-// run is one schedule.
-func run(t *testing.T, seed uint64) {
+// run is one schedule; it returns its trace.
+func run(t *testing.T, seed uint64, st *stats) []string {
+	var trace []string
 	synctest.Test(t, func(t *testing.T) {
-		s := newSim(t, seed)
+		s := newSim(t, seed, st)
 		for range *steps {
 			s.step()
 		}
 		s.quiesce()
+		trace = s.trace
+		if *showTrace {
+			t.Logf("seed %d:\n%s", seed, strings.Join(s.trace, "\n"))
+		}
 	})
+	return trace
 }
 
-// logs captures every log line of the schedules: no secret may appear in
-// one.
-type logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// take returns what was logged since the last take.
-func (l *logs) take() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.buf.String()
-	l.buf.Reset()
-	return s
-}
-
-// TestSimulation runs -schedules schedules (or the one -seed) and ends
-// with "N schedules, 0 violations".
-func TestSimulation(t *testing.T) {
-	captured := &logs{}
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	_ = fs.Set("logtostderr", "false")
-	_ = fs.Set("alsologtostderr", "false")
-	_ = fs.Set("stderrthreshold", "FATAL")
-	_ = fs.Set("v", "5")
-	klog.SetOutput(captured)
-	t.Cleanup(func() { _ = fs.Set("logtostderr", "true"); klog.SetOutput(os.Stderr) })
-	seeds := []uint64{*seedFlag}
-	if *seedFlag == 0 {
-		seeds = seeds[:0]
-		for i := range *schedules {
-			seeds = append(seeds, uint64(i)+1)
-		}
+// mkdir makes a directory (a staging path kubelet creates) and returns it.
+func mkdir(p string) string {
+	if err := os.MkdirAll(p, 0o750); err != nil {
+		panic(err)
 	}
-	violations := 0
-	for _, seed := range seeds {
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			run(t, seed)
-			klog.Flush()
-			if out := captured.take(); strings.Contains(out, chapSecret) {
-				i := strings.Index(out, chapSecret)
-				t.Errorf("seed %d: a secret in the logs: …%s…", seed, out[max(0, i-200):i+len(chapSecret)])
-			}
-		})
-		if !ok {
-			violations++
-			if violations >= 3 {
-				break
-			}
-		}
-	}
-	t.Logf("%d schedules, %d violations", len(seeds), violations)
-	fmt.Printf("%d schedules, %d violations\n", len(seeds), violations)
-	if violations > 0 {
-		t.Fail()
-	}
+	return p
 }

@@ -95,19 +95,26 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if idx < 0 && len(rec.Publications) >= volume.MaxPublications {
 		return nil, resourceExhausted("volume %s is published at %d target paths, the most one volume may have on a node", volumeID, len(rec.Publications))
 	}
-	if err := d.bindTarget(rec, target, readOnly, vc.mountFlags); err != nil {
-		return nil, err
-	}
+	// The publication is recorded before the bind mount, as every intent
+	// is: a crash between the two leaves a record naming the target path,
+	// so a retried NodePublish mounts it and NodeUnpublish releases it. A
+	// mount recorded nowhere would be refused as someone else's by both,
+	// for ever.
+	prev := slices.Clone(rec.Publications)
 	if idx >= 0 {
 		rec.Publications[idx].ReadOnly = readOnly
 	} else {
 		rec.Publications = append(rec.Publications, volume.Publication{TargetPath: target, ReadOnly: readOnly})
 	}
 	if err := d.deps.Intents.Update(rec); err != nil {
-		if uerr := d.deps.Mounter.Unmount(target); uerr != nil {
-			klog.ErrorS(uerr, "Rollback: unmount target path failed", "volumeID", volumeID, "targetPath", target)
-		}
 		return nil, internal(err, "record publication of volume %s", volumeID)
+	}
+	if err := d.bindTarget(rec, target, readOnly, vc.mountFlags); err != nil {
+		rec.Publications = prev
+		if uerr := d.deps.Intents.Update(rec); uerr != nil {
+			klog.ErrorS(uerr, "Rollback: forget the publication failed; NodeUnpublishVolume forgets it", "volumeID", volumeID, "targetPath", target)
+		}
+		return nil, err
 	}
 	klog.V(2).InfoS("Published volume", "volumeID", volumeID, "targetPath", target, "readOnly", readOnly, "accessType", rec.AccessType)
 	return &csi.NodePublishVolumeResponse{}, nil

@@ -421,3 +421,25 @@ func (h *Host) Maps() []string {
 	slices.Sort(out)
 	return out
 }
+
+// SetSessionFailed makes the session of a node record ("target,portal")
+// FAILED with its connection failed, as a lost connection leaves it while
+// iscsid retries, or LOGGED_IN and up again. It reports whether there was
+// such a session.
+func (h *Host) SetSessionFailed(key string, failed bool) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.sessions[key]
+	if !ok {
+		return false, nil
+	}
+	s.State, s.ConnState = "LOGGED_IN", "up"
+	if failed {
+		s.State, s.ConnState = "FAILED", "failed"
+	}
+	if err := SetSessionState(h.Sys, s, s.State, s.ConnState); err != nil {
+		return true, err
+	}
+	h.sessions[key] = s
+	return true, nil
+}

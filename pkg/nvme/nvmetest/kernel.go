@@ -65,6 +65,9 @@ type Kernel struct {
 	hidden  map[string]map[uint32]bool // NQN → disabled nsids
 	noLeg   map[int]bool               // controller instance → never attaches legs
 	calls   []string
+	// shown is what the tree shows now (ages as creation times); a write
+	// that would show the same is skipped.
+	shown string
 }
 
 type fakeCtrl struct {
@@ -89,6 +92,14 @@ func NewKernel(dir string, clk clock.WithDelayedExecution) *Kernel {
 
 // FS is the sysfs tree of the fake kernel.
 func (k *Kernel) FS() sysfs.FS { return sysfs.New(filepath.Join(k.dir, "root")) }
+
+// Generation counts the writes of the tree: it changes exactly when
+// what the tree shows changes.
+func (k *Kernel) Generation() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.gen
+}
 
 // AddTarget puts a subsystem on the fabric.
 func (k *Kernel) AddTarget(t Target) {
@@ -279,13 +290,23 @@ func (k *Kernel) topologyLocked() Topology {
 
 // writeLocked writes a fresh generation of the tree and points root at it
 // with an atomic symlink swap, so a reader never sees a half-written tree.
+// When the tree would show what it shows already (a Refresh before any
+// leg's delay has passed, a rescan), nothing is written: the kernel
+// changes nothing either, and the directories keep their identities.
 func (k *Kernel) writeLocked() {
+	now := k.clk.Now()
+	topo := k.topologyLocked()
+	shown := shownKey(topo, now)
+	if k.gen > 0 && shown == k.shown {
+		return
+	}
+	k.shown = shown
 	k.gen++
 	gen := filepath.Join(k.dir, "gen-"+strconv.Itoa(k.gen))
 	if err := os.MkdirAll(gen, 0o755); err != nil {
 		panic(err)
 	}
-	if err := k.topologyLocked().Write(gen, k.clk.Now()); err != nil {
+	if err := topo.Write(gen, now); err != nil {
 		panic(err)
 	}
 	tmp := filepath.Join(k.dir, "root.tmp")
@@ -300,4 +321,21 @@ func (k *Kernel) writeLocked() {
 	if k.gen > 2 {
 		os.RemoveAll(filepath.Join(k.dir, "gen-"+strconv.Itoa(k.gen-2)))
 	}
+}
+
+// shownKey is what topo written at now shows: ages become the creation
+// times (the mtimes) they are written as.
+func shownKey(topo Topology, now time.Time) string {
+	topo = topo.Clone()
+	for i := range topo.Subsystems {
+		s := &topo.Subsystems[i]
+		if s.Age != 0 { // zero: its oldest controller's
+			s.Age = time.Duration(now.Add(-s.Age).UnixNano())
+		}
+		for j := range s.Controllers {
+			c := &s.Controllers[j]
+			c.Age = time.Duration(now.Add(-c.Age).UnixNano())
+		}
+	}
+	return fmt.Sprintf("%+v", topo)
 }

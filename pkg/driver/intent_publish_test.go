@@ -1,0 +1,79 @@
+package driver_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// crashAfterMount makes its bind mount, then the process dies.
+type crashAfterMount struct{ *mount.FakeMounter }
+
+type crashed struct{}
+
+func (m crashAfterMount) Mount(source, target, fstype string, options []string) error {
+	if err := m.FakeMounter.Mount(source, target, fstype, options); err != nil {
+		return err
+	}
+	panic(crashed{})
+}
+
+// TestIntent_PublishCrashAfterTheBindMount: pathmend dies right after a
+// NodePublish's bind mount (found by the node simulation). The restarted
+// process answers kubelet's retry OK, and NodeUnpublish releases the
+// target: the publication was recorded before the mount. (Recorded after
+// it, the mount was nobody's: every retry answered AlreadyExists and
+// every unpublish FailedPrecondition, for ever.)
+func TestIntent_PublishCrashAfterTheBindMount(t *testing.T) {
+	env := newFakeEnv(t)
+	staging := stageFake(t, env)
+	dying, err := driver.New(testConfig("ext4"), driver.Deps{
+		SysFS: sysfs.New(env.dir), Intents: ownerOf(t, env.store),
+		Mounter:   mount.NewSafeFormatAndMount(crashAfterMount{env.mounter}, utilexec.New()),
+		Exec:      utilexec.New(),
+		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: env.attacher, volume.TransportISCSI: env.attacher},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(env.dir, "pods", "p1", "volume")
+	req := &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, TargetPath: target,
+		VolumeCapability: blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}
+	func() {
+		defer func() {
+			if x := recover(); x != (crashed{}) {
+				t.Fatalf("the publish did not reach its mount: %v", x)
+			}
+		}()
+		_, _ = dying.NodePublishVolume(context.Background(), req)
+	}()
+	if mounted, _ := env.mounter.IsMountPoint(target); !mounted {
+		t.Fatal("the crashed publish left no mount")
+	}
+
+	ctx := context.Background()
+	if _, err := env.driver.NodePublishVolume(ctx, req); err != nil {
+		t.Fatalf("kubelet's retry after the restart: %v", statusOf(err))
+	}
+	if _, err := env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}); err != nil {
+		t.Fatalf("NodeUnpublish: %v", statusOf(err))
+	}
+	if mounted, _ := env.mounter.IsMountPoint(target); mounted {
+		t.Error("the target is still mounted after NodeUnpublish")
+	}
+	rec, err := env.store.Get("vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Publications) != 0 {
+		t.Errorf("publications left in the record: %+v", rec.Publications)
+	}
+}
