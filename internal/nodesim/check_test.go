@@ -92,7 +92,7 @@ func (s *sim) check() {
 		}
 		if h == nil && v.target.Transport == volume.TransportNVMeTCP {
 			var err error
-			if h, err = nvme.Read(s.kernel.FS()); err != nil {
+			if h, err = s.nvme.Read(); err != nil {
 				s.fail("read nvme: %v", err)
 			}
 		}
@@ -210,7 +210,7 @@ func (s *sim) checkQuiescent() {
 			m[t.Name][ep] = true
 		}
 	}
-	h, err := nvme.Read(s.kernel.FS())
+	h, err := s.nvme.Read()
 	if err != nil {
 		s.fail("%v", err)
 	}

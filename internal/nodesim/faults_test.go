@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 
-	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -41,7 +40,7 @@ func (s *sim) fault() {
 		s.logf("FAULT port %s unreachable=%t", hp, down)
 		s.kernel.SetUnreachable(hp, down)
 	case 2:
-		h, err := nvme.Read(s.kernel.FS())
+		h, err := s.nvme.Read()
 		if err != nil {
 			s.fail("read nvme: %v", err)
 		}

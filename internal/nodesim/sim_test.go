@@ -20,6 +20,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -80,6 +81,7 @@ type sim struct {
 	rng      *rand.Rand
 	clk      *clocktesting.FakeClock
 	kernel   *nvmetest.Kernel
+	nvme     *nvme.Reader // the scheduler's reader of the NVMe tree
 	host     *iscsitest.Host
 	mounts   *mount.FakeMounter
 	stateDir string
@@ -173,7 +175,8 @@ func newSim(t *testing.T, seed uint64, st *stats) *sim {
 		clk: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), mounts: newMounts(),
 		stateDir: filepath.Join(dir, "state"), root: dir, wake: make(chan struct{}, 1),
 		live: map[string]counted{}, stats: st, dirty: true, recCacheAt: -1}
-	s.kernel = nvmetest.NewKernel(filepath.Join(dir, "nvme"), s.clk)
+	s.kernel = nvmetest.NewKernelInPlace(filepath.Join(dir, "nvme"), s.clk)
+	s.nvme = nvme.NewReader(s.kernel.FS(), nvme.ScopeAll)
 	s.kernel.AddTarget(nvmetest.SharedTarget(nqnA))
 	s.kernel.AddTarget(nvmetest.SharedTarget(nqnB))
 	var err error

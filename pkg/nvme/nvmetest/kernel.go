@@ -68,6 +68,14 @@ type Kernel struct {
 	// shown is what the tree shows now (ages as creation times); a write
 	// that would show the same is skipped.
 	shown string
+	// inPlace (NewKernelInPlace) changes one tree in place; tree is it,
+	// its ages counting back from since. connects counts the controllers
+	// created under each instance number, so that one created again
+	// under a reused number is a new object.
+	inPlace  bool
+	tree     *Tree
+	since    time.Time
+	connects map[int]int
 }
 
 type fakeCtrl struct {
@@ -80,10 +88,30 @@ type fakeCtrl struct {
 	legsAt   time.Time
 }
 
-// NewKernel returns a fake kernel writing its tree below dir.
+// NewKernel returns a fake kernel writing its tree below dir. Every
+// change writes a new generation of the whole tree and swaps it in, so a
+// reader never sees a change half made, and every directory is a new
+// one (a new inode) after each change.
 func NewKernel(dir string, clk clock.WithDelayedExecution) *Kernel {
+	return newKernel(dir, clk, false)
+}
+
+// NewKernelInPlace returns a fake kernel that changes one tree below dir
+// in place, as the kernel changes sysfs (a Tree): an attribute that
+// changed is rewritten, an object that came or went is created or
+// removed, and the others keep their directories and inodes, so a
+// Reader's memory holds across changes. A reader that runs while a
+// change is made may see it half made: it is for callers that never
+// read while they change the kernel (a simulation that lets one actor
+// run at a time). It costs a fraction of NewKernel's writes.
+func NewKernelInPlace(dir string, clk clock.WithDelayedExecution) *Kernel {
+	return newKernel(dir, clk, true)
+}
+
+func newKernel(dir string, clk clock.WithDelayedExecution, inPlace bool) *Kernel {
 	k := &Kernel{dir: dir, clk: clk, targets: map[string]*Target{}, subsys: map[string]int{},
-		down: map[string]bool{}, hidden: map[string]map[uint32]bool{}, noLeg: map[int]bool{}}
+		down: map[string]bool{}, hidden: map[string]map[uint32]bool{}, noLeg: map[int]bool{},
+		inPlace: inPlace, since: clk.Now(), connects: map[int]int{}}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.writeLocked()
@@ -190,6 +218,7 @@ func (k *Kernel) Connect(_ context.Context, o fabrics.Options) (fabrics.Result, 
 	}
 	now := k.clk.Now()
 	c := &fakeCtrl{instance: k.next, nqn: o.NQN, host: o.Traddr, port: o.Trsvcid, state: "live", created: now, legsAt: now.Add(k.LegDelay)}
+	k.connects[c.instance]++
 	k.next++
 	k.ctrls = append(k.ctrls, c)
 	if _, ok := k.subsys[o.NQN]; !ok {
@@ -265,8 +294,11 @@ func (k *Kernel) topologyLocked() Topology {
 			if c.nqn != nqn {
 				continue
 			}
-			fc := Controller{Instance: c.instance, State: c.state, Traddr: c.host, Trsvcid: c.port,
+			fc := Controller{Instance: c.instance, Gen: k.connects[c.instance], State: c.state, Traddr: c.host, Trsvcid: c.port,
 				SrcAddr: "127.0.0.1", Age: max(now.Sub(c.created), 0), Legs: map[int]string{}}
+			if k.inPlace { // the tree's ages count back from since
+				fc.Age = k.since.Sub(c.created)
+			}
 			if c.state != "live" {
 				fc.SrcAddr = ""
 			}
@@ -296,12 +328,20 @@ func (k *Kernel) topologyLocked() Topology {
 func (k *Kernel) writeLocked() {
 	now := k.clk.Now()
 	topo := k.topologyLocked()
-	shown := shownKey(topo, now)
+	ref := now
+	if k.inPlace {
+		ref = k.since // what the ages count back from
+	}
+	shown := shownKey(topo, ref)
 	if k.gen > 0 && shown == k.shown {
 		return
 	}
 	k.shown = shown
 	k.gen++
+	if k.inPlace {
+		k.applyLocked(topo)
+		return
+	}
 	gen := filepath.Join(k.dir, "gen-"+strconv.Itoa(k.gen))
 	if err := os.MkdirAll(gen, 0o755); err != nil {
 		panic(err)
@@ -338,4 +378,23 @@ func shownKey(topo Topology, now time.Time) string {
 		}
 	}
 	return fmt.Sprintf("%+v", topo)
+}
+
+// applyLocked changes the in-place tree to show topo.
+func (k *Kernel) applyLocked(topo Topology) {
+	if k.tree != nil {
+		if err := k.tree.Apply(topo); err != nil {
+			panic(err)
+		}
+		return
+	}
+	root := filepath.Join(k.dir, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		panic(err)
+	}
+	t, err := NewTree(root, topo, k.since)
+	if err != nil {
+		panic(err)
+	}
+	k.tree = t
 }
