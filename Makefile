@@ -23,10 +23,20 @@ build: ## build the static pathmend binary into bin/
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/pathmend
 
 .PHONY: test
-test: ## run every unit test with -race, then csi-sanity (needs root for loop devices and mounts)
+test: ## run every unit test with -race, the node simulation's 10,000 schedules, then csi-sanity (needs root for loop devices and mounts)
 	hack/test-deps.sh
 	$(GO) test -race -count=1 ./...
+	$(MAKE) sim
 	$(MAKE) sanity
+
+SIM_SCHEDULES ?= 10000
+SIM_STEPS     ?= 30
+SIM_FIRST     ?= 1
+
+.PHONY: sim
+sim: ## run the node simulation without -race: SIM_SCHEDULES schedules (10000) of SIM_STEPS steps (30) from seed SIM_FIRST; ends with "N schedules, M violations"
+	$(GO) test -c -o bin/nodesim.test ./internal/nodesim
+	bin/nodesim.test -test.run 'TestSimulation$$' -test.timeout=0 -schedules=$(SIM_SCHEDULES) -steps=$(SIM_STEPS) -first=$(SIM_FIRST)
 
 .PHONY: sanity
 sanity: ## run csi-sanity against the real NodeServer on loop devices (root); fails if it skipped

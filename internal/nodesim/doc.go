@@ -1,42 +1,57 @@
 // Package nodesim is test support only: a deterministic simulation of one
 // node. It runs the real driver, intent owner, record store, NVMe and
-// iSCSI attachers, monitor and reconciliation over the fake NVMe kernel
-// (pkg/nvme/nvmetest) and the fake iSCSI host (pkg/iscsi/iscsitest), inside
-// a testing/synctest bubble, under a scheduler that decides every
+// iSCSI attachers, monitor with its heal policy, iSCSI session heal and
+// reconciliation over the fake NVMe kernel (pkg/nvme/nvmetest, changed in
+// place as sysfs is) and the fake iSCSI host (pkg/iscsi/iscsitest),
+// inside a testing/synctest bubble, under a scheduler that decides every
 // interleaving from a seed.
 //
 // Every operation that changes the node — a record written or deleted, an
-// NVMe connect or disconnect, an iscsiadm command, a sysfs write, a mount
-// or unmount — is a seam: the actor (an RPC, a monitor tick) parks there
-// until the scheduler lets it through, or crashes the whole process there
-// (in-memory state lost, kernel and disk kept; a new process starts over
-// the same state directory). Locks the actors wait on are channels, so
-// synctest.Wait tells the scheduler when every actor is parked or blocked.
-// A schedule is its seed: the same seed replays the same run, and a failing
-// run prints its seed and a readable trace.
+// NVMe connect, disconnect or rescan, an iscsiadm command, a sysfs write,
+// a mount or unmount — is a seam: the actor (an RPC, a monitor tick) parks
+// there until the scheduler lets it through, or crashes the whole process
+// there (in-memory state lost, kernel and disk kept; a new process starts
+// over the same state directory, and one restart in four finds a record
+// written by a newer pathmend, as after a rollback, until an operator
+// removes it). Locks the actors wait on are channels, so synctest.Wait
+// tells the scheduler when every actor is parked or blocked; actors asleep
+// in a poll let bubble time run until one parks or ends. A schedule is its
+// seed: the same seed replays the same run (TestSimulationReplays), and a
+// failing run prints its seed, the command that replays it and a readable
+// trace.
 //
-// The actors are NodeStage and NodeUnstage of five volumes (two
-// namespaces of one NVMe subsystem, one of another, two LUNs of one iSCSI
-// target, mounted ext4 with CHAP on iSCSI) and monitor ticks with the
-// reconciliation; the scheduler also crashes the process and moves the
-// clock. Checked after every step: every record parses; a volume whose
-// NodeStage was acknowledged keeps all its paths (no fault is injected, so
-// an action for another volume or by the monitor is the only way to lose
-// one); the kernel holds nothing of a target no record names. At
-// quiescence (every actor done, the CO's view settled — it retries, or
-// never comes back — and the monitor past the grace and the intent
-// timeout): the kernel's controllers, sessions and node records are
-// exactly those the records need, no record is left detaching, and one
-// left attaching is in use. After each schedule: no CHAP secret in any log
-// line.
+// The CO (kubelet) sends NodeStage, NodeUnstage, NodePublish and
+// NodeUnpublish to five volumes — two namespaces of one NVMe subsystem,
+// one of another, two LUNs of one iSCSI target with CHAP, ext4 — one
+// operation per volume at a time, publishing only what it saw staged and
+// unstaging only what it does not see published. The scheduler also runs
+// monitor ticks, moves the clock, and injects faults: an NVMe port lost
+// and back, a controller deleted by the kernel, a namespace disabled and
+// enabled on the target, an iSCSI session failed and recovered.
 //
-// Not yet simulated: NodePublish and NodeUnpublish, kernel faults (paths
-// lost, namespaces disabled, sessions failed), the iSCSI session heal and
-// unreadable records; those have their own tests.
+// Checked after every step: every record but the newer pathmend's parses;
+// an acknowledged staged volume loses a live path only to a fault (no RPC
+// for it is in flight, so an action for another volume or by the monitor
+// would be the cause); every connect, login and new node record happens
+// while an attaching or staged record on disk lists its endpoint (so a
+// volume whose unstage began or was acknowledged is never connected again
+// for its own sake); nothing of a target is torn down while the newer
+// pathmend's record names it. At quiescence (faults over, the unreadable
+// record removed, the CO settled — it retries until acknowledged, or
+// never comes back — and the monitor past the grace, the heal's threshold
+// and the intent timeout): the kernel's controllers, sessions and node
+// records are exactly those the records need (an attaching record kept
+// because its device is in use may keep what it has), every controller is
+// live, every staged volume has all its paths, no record is left
+// detaching, and one left attaching is in use. Throughout: no CHAP secret
+// in any log line, at klog's most verbose level.
 //
-//	go test ./internal/nodesim -run TestSimulation -v -schedules=N [-steps=S] [-seed=X]
+//	go test ./internal/nodesim -run 'TestSimulation$' -schedules=N [-steps=S] [-first=F] [-seed=X] [-trace]
+//	make sim [SIM_SCHEDULES=N] [SIM_STEPS=S] [SIM_FIRST=F]
 //
-// runs N schedules (default 30; about 0.1 s each with the state on tmpfs,
-// 0.7 s under -race) and ends with the line "N schedules, 0 violations";
-// -seed replays one schedule and prints its trace on a violation.
+// run N schedules (go test: 100 of 60 steps, under -race in make test;
+// make sim: 10,000 of 30 steps without -race, also in make test) in
+// parallel across GOMAXPROCS, and end with what they covered and the
+// line "N schedules, M violations"; -seed replays one schedule and prints
+// its trace on a violation (-trace also on success).
 package nodesim

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -17,17 +18,18 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// summary is printed after every test, as the last line of the output,
-// when TestSimulation ran.
-var summary string
+// summary is printed after every test when TestSimulation ran: what the
+// schedules covered, then, as the last line of the output, "N
+// schedules, M violations".
+var summary []string
 
 func TestMain(m *testing.M) {
 	// Schedules allocate little that lives long: a larger heap goal
 	// spends less of their CPU time collecting.
 	debug.SetGCPercent(400)
 	code := m.Run()
-	if summary != "" {
-		fmt.Println(summary)
+	for _, line := range summary {
+		fmt.Println(line)
 	}
 	os.Exit(code)
 }
@@ -173,11 +175,13 @@ func TestSimulation(t *testing.T) {
 		violations.Add(1)
 	}
 	took := time.Since(start)
-	t.Logf("%d schedules × %d steps in %s: %.0f schedules/s", ran.Load(), *steps, took.Round(time.Millisecond), float64(ran.Load())/took.Seconds())
-	t.Logf("seams let through (kind: times): %s", counts(st.releases))
-	t.Logf("crashes (seam kind where an actor was killed: times): %s", counts(st.crashes))
-	t.Logf("(seam kind, crash) pairs covered: %d of %d seam kinds", len(st.crashes)-boolInt(st.crashes["blocked"] > 0), len(st.releases))
-	summary = fmt.Sprintf("%d schedules, %d violations", ran.Load(), violations.Load())
+	summary = []string{
+		fmt.Sprintf("%d schedules × %d steps in %s on %d CPUs: %.0f schedules/s", ran.Load(), *steps, took.Round(time.Millisecond), runtime.GOMAXPROCS(0), float64(ran.Load())/took.Seconds()),
+		fmt.Sprintf("seams let through (kind: times): %s", counts(st.releases)),
+		fmt.Sprintf("actors killed by a crash (where: times): %s", counts(st.crashes)),
+		fmt.Sprintf("(seam kind, crash) pairs covered: %d of %d seam kinds", len(st.crashes)-boolInt(st.crashes["blocked"] > 0), len(st.releases)),
+		fmt.Sprintf("%d schedules, %d violations", ran.Load(), violations.Load()),
+	}
 	if violations.Load() > 0 {
 		t.Fail()
 	}

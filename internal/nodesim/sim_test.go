@@ -26,7 +26,7 @@ import (
 )
 
 var (
-	schedules = flag.Int("schedules", 200, "schedules to run (seeds -first … -first+schedules-1)")
+	schedules = flag.Int("schedules", 100, "schedules to run (seeds -first … -first+schedules-1)")
 	firstSeed = flag.Uint64("first", 1, "the first seed")
 	seedFlag  = flag.Uint64("seed", 0, "run only this seed (0: -schedules seeds from -first)")
 	steps     = flag.Int("steps", 60, "scheduler steps per schedule before quiescence")
@@ -456,19 +456,26 @@ func (s *sim) step() {
 	}
 }
 
-// request has the CO send v one RPC that kubelet could send now.
+// request has the CO send v one RPC that kubelet could send now: stage
+// what a pod needs, publish it, unpublish when the pod ends, unstage what
+// nothing publishes; retry what it does not know either way.
 func (s *sim) request(v *vol) {
 	if v.busy {
 		return
 	}
-	switch x := s.rng.IntN(10); {
-	case x < 2 && v.stage == done: // a pod starts
-		s.publish(v)
-	case x < 4 && v.pub != absent: // a pod ends
+	x := s.rng.IntN(10)
+	switch {
+	case v.pub != absent && x < 6: // the pod ends (or the CO retries)
 		s.unpublish(v)
-	case x < 7:
+	case v.pub == unknown:
+		s.publish(v)
+	case v.pub == done:
+		s.stage(v) // kubelet's periodic re-stage of a mounted volume
+	case v.stage == done && x < 5: // a pod starts
+		s.publish(v)
+	case v.stage == absent || x < 7:
 		s.stage(v)
-	case v.pub == absent: // kubelet unstages what nothing publishes
+	default:
 		s.unstage(v)
 	}
 }
@@ -488,6 +495,9 @@ func (s *sim) drain() {
 // settleCO has the CO settle what it does not know: it retries until the
 // RPC is acknowledged, or never comes back.
 func (s *sim) settleCO(v *vol, state *coState, want coState, retry func(*vol)) {
+	if *state != want && want == absent {
+		*state = unknown // an RPC it never sent settles nothing
+	}
 	for try := 0; *state != want; try++ {
 		if try == 5 {
 			s.fail("%s of %s never succeeds", map[coState]string{done: "setting up", absent: "tearing down"}[want], v.id)
@@ -528,7 +538,18 @@ func (s *sim) quiesce() {
 			s.settleCO(v, &v.stage, absent, s.unstage)
 		}
 	}
-	for _, d := range []time.Duration{6 * time.Second, time.Minute, 6 * time.Minute, 3 * time.Minute, 6 * time.Second, 6 * time.Second} {
+	// Half the schedules end with the node drained: every pod gone, every
+	// volume unstaged, and nothing of any target may be left.
+	if s.rng.IntN(2) == 0 {
+		s.logf("DRAIN")
+		for _, v := range s.vols {
+			if v.pub != absent {
+				s.settleCO(v, &v.pub, absent, s.unpublish)
+			}
+			s.settleCO(v, &v.stage, absent, s.unstage)
+		}
+	}
+	for _, d := range []time.Duration{6 * time.Second, 6 * time.Minute, 6 * time.Second, 6 * time.Second} {
 		s.logf("clock +%s", d)
 		s.clk.Step(d)
 		s.kernel.Refresh()
