@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"os"
 	"runtime"
@@ -39,9 +40,25 @@ type stats struct {
 	mu       sync.Mutex
 	releases map[string]int // seam kind → actors let through it
 	crashes  map[string]int // seam kind → actors killed parked at it ("blocked": on a lock or asleep)
+	traces   map[uint64]bool
 }
 
-func newStats() *stats { return &stats{releases: map[string]int{}, crashes: map[string]int{}} }
+func newStats() *stats {
+	return &stats{releases: map[string]int{}, crashes: map[string]int{}, traces: map[uint64]bool{}}
+}
+
+// ran counts a schedule's trace: distinct traces are distinct
+// interleavings (of decisions and outcomes).
+func (st *stats) ran(trace []string) {
+	h := fnv.New64a()
+	for _, l := range trace {
+		h.Write([]byte(l))
+		h.Write([]byte{'\n'})
+	}
+	st.mu.Lock()
+	st.traces[h.Sum64()] = true
+	st.mu.Unlock()
+}
 
 func (st *stats) released(kind string) {
 	st.mu.Lock()
@@ -165,7 +182,7 @@ func TestSimulation(t *testing.T) {
 						violations.Add(1)
 					}
 				}()
-				run(t, seed, st)
+				st.ran(run(t, seed, st))
 			})
 		}
 	})
@@ -179,7 +196,7 @@ func TestSimulation(t *testing.T) {
 		fmt.Sprintf("%d schedules × %d steps in %s on %d CPUs: %.0f schedules/s", ran.Load(), *steps, took.Round(time.Millisecond), runtime.GOMAXPROCS(0), float64(ran.Load())/took.Seconds()),
 		fmt.Sprintf("seams let through (kind: times): %s", counts(st.releases)),
 		fmt.Sprintf("actors killed by a crash (where: times): %s", counts(st.crashes)),
-		fmt.Sprintf("(seam kind, crash) pairs covered: %d of %d seam kinds", len(st.crashes)-boolInt(st.crashes["blocked"] > 0), len(st.releases)),
+		fmt.Sprintf("(seam kind, crash) pairs covered: %d of %d seam kinds; distinct traces: %d", len(st.crashes)-boolInt(st.crashes["blocked"] > 0), len(st.releases), len(st.traces)),
 		fmt.Sprintf("%d schedules, %d violations", ran.Load(), violations.Load()),
 	}
 	if violations.Load() > 0 {
