@@ -122,8 +122,8 @@ func sigkill(t *testing.T, pid int, what string) {
 }
 
 // killedInMkfs stages a volume with mkfs held, SIGKILLs pathmend (and
-// its mkfs) there, and checks what the kill left: the record, attaching,
-// and the attach done. It returns the NodeStage request.
+// its mkfs) there, and checks what the kill left: the attach done, and
+// the record attaching.
 func killedInMkfs(t *testing.T, h *mkfsHold, node csi.NodeClient, dir string, req *csi.NodeStageVolumeRequest, attached func() bool) {
 	t.Helper()
 	h.hold(t)
@@ -164,10 +164,15 @@ func stageInBackgroundFor(node csi.NodeClient, req *csi.NodeStageVolumeRequest) 
 	return done
 }
 
-// unstaged unstages a volume through a restarted pathmend and checks
-// that its record is gone.
+// unstagedAfterRestart unstages a volume through a restarted pathmend and
+// checks that its record is gone.
 func unstagedAfterRestart(t *testing.T, l lab, dir, id, staging string) {
 	t.Helper()
+	// The killed process left its socket: the wait for the new one's
+	// must not take it for a live one.
+	if err := os.Remove(filepath.Join(dir, "csi.sock")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
 	p := startPathmendIn(t, l, dir, "lab-node", "--heal=repair", "--monitor-interval=1s")
 	node := csi.NewNodeClient(p.conn)
 	rpc(t, "NodeUnstageVolume after the restart", func(ctx context.Context) error {
