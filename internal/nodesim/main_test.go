@@ -219,12 +219,14 @@ func boolInt(b bool) int {
 	return 0
 }
 
+var replays = flag.Int("replays", 8, "seeds TestSimulationReplays runs twice (from -first)")
+
 // TestSimulationReplays: a seed is its schedule. Two runs of each of a
 // few seeds take the same decisions and see the same outcomes, step by
 // step.
 func TestSimulationReplays(t *testing.T) {
 	captureLogs(t, &secrets{running: map[uint64]bool{}})
-	for seed := uint64(1); seed <= 8; seed++ {
+	for seed := *firstSeed; seed < *firstSeed+uint64(*replays); seed++ {
 		first := run(t, seed, newStats())
 		second := run(t, seed, newStats())
 		if len(first) < *steps/2 {
