@@ -49,7 +49,7 @@
 //	go test ./internal/nodesim -run 'TestSimulation$' -schedules=N [-steps=S] [-first=F] [-seed=X] [-trace]
 //	make sim [SIM_SCHEDULES=N] [SIM_STEPS=S] [SIM_FIRST=F]
 //
-// run N schedules (go test: 100 of 60 steps, under -race in make test;
+// run N schedules (go test: 200 of 60 steps, under -race in make test;
 // make sim: 10,000 of 30 steps without -race, also in make test) in
 // parallel across GOMAXPROCS, and end with what they covered and the
 // line "N schedules, M violations"; -seed replays one schedule and prints

@@ -26,7 +26,7 @@ import (
 )
 
 var (
-	schedules = flag.Int("schedules", 100, "schedules to run (seeds -first … -first+schedules-1)")
+	schedules = flag.Int("schedules", 200, "schedules to run (seeds -first … -first+schedules-1)")
 	firstSeed = flag.Uint64("first", 1, "the first seed")
 	seedFlag  = flag.Uint64("seed", 0, "run only this seed (0: -schedules seeds from -first)")
 	steps     = flag.Int("steps", 60, "scheduler steps per schedule before quiescence")
