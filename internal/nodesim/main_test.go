@@ -114,9 +114,11 @@ type secrets struct {
 	mu      sync.Mutex
 	running map[uint64]bool
 	found   string
+	lines   atomic.Int64
 }
 
 func (w *secrets) Write(p []byte) (int, error) {
+	w.lines.Add(int64(bytes.Count(p, []byte{'\n'})))
 	if i := bytes.Index(p, []byte(chapSecret)); i >= 0 {
 		w.mu.Lock()
 		if w.found == "" {
@@ -197,6 +199,7 @@ func TestSimulation(t *testing.T) {
 		fmt.Sprintf("seams let through (kind: times): %s", counts(st.releases)),
 		fmt.Sprintf("actors killed by a crash (where: times): %s", counts(st.crashes)),
 		fmt.Sprintf("(seam kind, crash) pairs covered: %d of %d seam kinds; distinct traces: %d", len(st.crashes)-boolInt(st.crashes["blocked"] > 0), len(st.releases), len(st.traces)),
+		fmt.Sprintf("log lines checked for the CHAP secret: %d", w.lines.Load()),
 		fmt.Sprintf("%d schedules, %d violations", ran.Load(), violations.Load()),
 	}
 	if violations.Load() > 0 {
