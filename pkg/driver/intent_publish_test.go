@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 
@@ -76,4 +77,36 @@ func TestIntent_PublishCrashAfterTheBindMount(t *testing.T) {
 	if len(rec.Publications) != 0 {
 		t.Errorf("publications left in the record: %+v", rec.Publications)
 	}
+}
+
+// TestIntent_RestageKeepsThePublications: a volume staged and published
+// is staged again while it is not in place (kubelet's periodic NodeStage
+// after its device went or was renamed; found by the node simulation).
+// The record keeps the publication: NodeUnstage still refuses while the
+// pod has the volume mounted, and kubelet's retried NodePublish answers
+// OK. (Before: the restage rewrote the record without its publications;
+// NodeUnstage then detached the volume from under the running pod, and
+// every retried NodePublish answered AlreadyExists.)
+func TestIntent_RestageKeepsThePublications(t *testing.T) {
+	env := newFakeEnv(t)
+	staging := stageFake(t, env) // the fake device is no device node: never "in place"
+	ctx := context.Background()
+	target := filepath.Join(env.dir, "pods", "p1", "volume")
+	pub := &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, TargetPath: target,
+		VolumeCapability: blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)}
+	ok(t)(env.driver.NodePublishVolume(ctx, pub))
+	ok(t)(env.driver.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: "vol-1", StagingTargetPath: staging, VolumeContext: nvmeContext(),
+		VolumeCapability: blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER),
+	}))
+	rec, err := env.store.Get("vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Publications) != 1 || rec.Publications[0].TargetPath != target {
+		t.Fatalf("publications after the restage: %+v, want %s", rec.Publications, target)
+	}
+	_, err = env.driver.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging})
+	wantCode(t, err, codes.FailedPrecondition)
+	ok(t)(env.driver.NodePublishVolume(ctx, pub))
 }

@@ -74,6 +74,10 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if why := stageConflict(prev, want); why != "" {
 			return nil, alreadyExists("volume %s is already %s with different arguments: %s", volumeID, prev.State, why)
 		}
+		// A restage keeps the publications: a pod may still have the
+		// volume bind-mounted, and the record is what tells NodePublish,
+		// NodeUnpublish and NodeUnstage so.
+		want.Publications = prev.Publications
 		if wasStaged {
 			inPlace, err := d.stagedInPlace(prev)
 			if err != nil {
