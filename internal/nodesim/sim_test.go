@@ -92,7 +92,10 @@ type sim struct {
 	trace    []string
 	ticking  bool
 	failing  bool
-	faults   faults
+	// quiescing: the faults are over, and a restart finds no newer
+	// pathmend's record any more.
+	quiescing bool
+	faults    faults
 	// dirty is set when the node may have changed since the last check;
 	// faulted when a fault was injected since then (the one way a staged
 	// volume may lose a path); live is each staged volume's live paths at
@@ -421,7 +424,7 @@ func (s *sim) crashNow() {
 	}
 	synctest.Wait()
 	s.collect()
-	if s.rng.IntN(4) == 0 {
+	if !s.quiescing && s.rng.IntN(4) == 0 {
 		s.putPhantom()
 	}
 	s.proc = s.start()
@@ -481,12 +484,23 @@ func (s *sim) request(v *vol) {
 }
 
 // drain runs every actor to its end, in random order.
-func (s *sim) drain() {
+func (s *sim) drain() { s.drainCrashing(false) }
+
+// drainCrashing is drain that may also crash the process once at a seam
+// on the way (the CO's first try of a settling RPC, so that crashes reach
+// the teardowns that happen mostly at quiescence: logouts, map flushes,
+// disk deletes).
+func (s *sim) drainCrashing(crash bool) {
 	for {
 		n := s.settle()
 		s.check()
 		if n == 0 && s.proc.actors.Load() == 0 {
 			return
+		}
+		if crash && s.rng.IntN(20) == 0 {
+			crash = false
+			s.crashNow()
+			continue
 		}
 		s.release(s.rng.IntN(n), true)
 	}
@@ -503,7 +517,7 @@ func (s *sim) settleCO(v *vol, state *coState, want coState, retry func(*vol)) {
 			s.fail("%s of %s never succeeds", map[coState]string{done: "setting up", absent: "tearing down"}[want], v.id)
 		}
 		retry(v)
-		s.drain()
+		s.drainCrashing(try == 0)
 	}
 }
 
@@ -515,6 +529,7 @@ func (s *sim) quiesce() {
 	s.logf("QUIESCE")
 	s.drain()
 	s.healFaults()
+	s.quiescing = true
 	for _, v := range s.vols {
 		if v.pub == unknown || v.stage == unknown {
 			switch s.rng.IntN(4) {
