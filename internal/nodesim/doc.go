@@ -13,7 +13,8 @@
 // there (in-memory state lost, kernel and disk kept; a new process starts
 // over the same state directory, and one restart in four finds a record
 // written by a newer pathmend, as after a rollback, until an operator
-// removes it). Locks the actors wait on are channels, so synctest.Wait
+// removes it); the CO's first try of each RPC that settles a volume at
+// quiescence may be crashed too. Locks the actors wait on are channels, so synctest.Wait
 // tells the scheduler when every actor is parked or blocked; actors asleep
 // in a poll let bubble time run until one parks or ends. A schedule is its
 // seed: the same seed replays the same run (TestSimulationReplays), and a
