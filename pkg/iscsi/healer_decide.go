@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -54,7 +55,9 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 	key, th := r.Node.key(), h.cfg.Threshold
 	// Below the threshold iscsid is presumed to be recovering the session:
 	// there is nothing to decide, and nothing is logged.
-	if r.DownFor < th {
+	// A node record pathmend logged out has no session for iscsid to
+	// recover: it is logged in again without the wait.
+	if r.DownFor < th && !r.Owed {
 		r.Reason = fmt.Sprintf("down %s; iscsid has %s to recover it by itself", heal.RoundDuration(r.DownFor), th)
 		return
 	}
@@ -81,16 +84,25 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 		if r.Probe != nil {
 			why = r.Probe.TCPString()
 		}
+		// Without a session iscsid has nothing to retry: the login waits
+		// for the portal, and is pathmend's to make.
+		if r.State == SessionAbsent {
+			r.Verdict, r.Reason = heal.Deferred, "portal unreachable: "+why+"; no session for iscsid to retry: pathmend logs in once the portal answers"
+			return
+		}
 		r.Verdict, r.Reason = heal.Refused, "portal unreachable: "+why+"; iscsid retries by itself"
 		return
 	}
-	if r.ReachableFor < th {
+	if r.ReachableFor < th && !r.Owed {
 		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("reachability: portal reachable for %s of the %s required without interruption", heal.RoundDuration(r.ReachableFor), th)
 		return
 	}
 	// The ladder, narrowest first: log in an absent session; log out and in
 	// a session whose LUNs lose nothing by it; else restart iscsid.
 	why := "no session to the portal of a staged volume"
+	if r.Owed {
+		why = fmt.Sprintf("pathmend logged the session out %s ago and it is not back", heal.RoundDuration(r.DownFor))
+	}
 	r.Kick = KickLogin
 	if r.State != SessionAbsent {
 		s, _ := snap.Session(r.Session)
@@ -121,9 +133,12 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 	// The cooldown starts whether the kick works or not: a failing kick
 	// must not be repeated every tick.
 	h.kicked.Mark(r.Node.HealKey())
+	start := h.cfg.Now()
 	var err error
+	loggedOut := false
 	if r.Kick == KickRelogin {
 		err = h.cfg.Kicker.Logout(ctx, r.Node, r.Session)
+		loggedOut = err == nil
 	}
 	// A refused logout (32: iscsid still reconnecting an adopted session)
 	// skips the login: the session is still there.
@@ -133,12 +148,35 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 			h.rejected[r.Node.key()] = err
 		}
 	}
-	h.settle(r, err)
+	switch {
+	case err == nil:
+	case r.Owed && errors.Is(err, ErrNoObjects):
+		// The node record was deleted: nobody wants this session back.
+		delete(h.owed, r.Node.key())
+	case loggedOut || r.Owed:
+		// The session is gone and iscsid will not bring it back: the
+		// node is worse off than before the kick until a login works.
+		h.owe(r, start)
+	}
+	h.settle(r, err, start)
+}
+
+// owe records that the kick of r, begun at start, left its node record
+// without a session; an earlier debt keeps its time.
+func (h *SessionHealer) owe(r *Report, start time.Time) {
+	key := r.Node.key()
+	if o, ok := h.owed[key]; ok {
+		o.staged = o.staged || len(r.Volumes) > 0
+		h.owed[key] = o
+		return
+	}
+	h.owed[key] = owed{node: r.Node, since: start, staged: len(r.Volumes) > 0}
 }
 
 // restartDaemon restarts iscsid once for every report that needs it.
 func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 	klog.FromContext(ctx).V(2).Info("Restarting iscsid for stuck sessions", "sessions", len(rs))
+	start := h.cfg.Now()
 	err := h.cfg.Kicker.RestartDaemon(ctx)
 	// Refused before running: the budget is not spent, the next tick
 	// decides again.
@@ -156,22 +194,26 @@ func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 		}
 	}
 	for _, r := range rs {
-		h.settle(r, err)
+		h.settle(r, err, start)
 	}
 }
 
-// settle records the outcome of a kick: an error is a Failed verdict,
-// logged now; success leaves the kick pending until the session is seen
-// LOGGED_IN (or the verify window passes).
-func (h *SessionHealer) settle(r *Report, err error) {
+// settle records the outcome of a kick begun at start: an error is a
+// Failed verdict, logged now; success leaves the kick pending until the
+// session is seen LOGGED_IN (or the verify window passes), its time
+// counted from start.
+func (h *SessionHealer) settle(r *Report, err error, start time.Time) {
 	if err != nil {
 		r.Verdict, r.Err = heal.Failed, err
 		r.Reason = string(r.Kick) + " failed; chosen because " + r.Reason
+		if r.Owed {
+			r.Reason += "; pathmend logs it in again after the cooldown"
+		}
 		h.logVerdict(*r)
 		return
 	}
 	r.Verdict = heal.Kicked
-	h.pending[r.Node.key()] = pending{at: h.cfg.Now(), report: *r}
+	h.pending[r.Node.key()] = pending{at: start, report: *r}
 }
 
 // logVerdict writes the one level-0 line of a verdict. Refusals,
