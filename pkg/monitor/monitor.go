@@ -30,10 +30,19 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// MaxConnects bounds concurrent connects across volumes (default 4).
 	MaxConnects int
-	// BackoffBase and BackoffMax space out retries of an endpoint that
-	// did not answer (defaults 3 s and 5 min).
+	// BackoffBase and BackoffMax space out retries of an endpoint whose
+	// probe got no answer or whose connect failed (defaults 3 s and
+	// DefaultBackoffMax). Refusals are not backed off.
 	BackoffBase, BackoffMax time.Duration
+	// RecheckTimeout bounds the probe that rechecks, every tick, an
+	// endpoint backed off for not answering (default 250 ms): one that
+	// answers again is reconnected at once.
+	RecheckTimeout time.Duration
 }
+
+// DefaultBackoffMax caps the wait between reconnects of an endpoint that
+// keeps failing (--reconnect-backoff-max).
+const DefaultBackoffMax = time.Minute
 
 // SessionHealer is the iSCSI session heal, run once per tick after the
 // NVMe passes. recordsErr is the error of listing the staged volumes when
@@ -110,7 +119,10 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		cfg.BackoffBase = 3 * time.Second
 	}
 	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = 5 * time.Minute
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.RecheckTimeout <= 0 {
+		cfg.RecheckTimeout = 250 * time.Millisecond
 	}
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}

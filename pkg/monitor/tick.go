@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -157,24 +156,15 @@ func (m *Monitor) reconcile(ctx context.Context, host *nvme.Host, removed map[nv
 		if present {
 			continue
 		}
-		key := n.NQN + " " + ep.String()
 		if m.deps.Policy.Mode() != heal.ModeRepair {
 			skipped = append(skipped, fmt.Sprintf("%s: %s mode: would reconnect", ep, m.deps.Policy.Mode()))
 			continue
 		}
-		now := m.deps.Clock.Now()
-		if ok, until, lastErr := m.back.ready(key, now); !ok {
-			skipped = append(skipped, fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format(time.TimeOnly), lastErr))
+		if skip := m.reconnect(ctx, host, n, ep); skip != "" {
+			skipped = append(skipped, skip)
 			continue
 		}
-		if err := m.connect(ctx, host, n, ep); err != nil {
-			until := m.back.failure(key, now, err)
-			klog.InfoS("Path not reconnected", "nqn", n.NQN, "endpoint", ep.String(), "err", err.Error(), "retryAt", until.Format(time.RFC3339))
-			skipped = append(skipped, fmt.Sprintf("%s: %v", ep, err))
-			continue
-		}
-		m.back.success(key)
-		connected = append(connected, key)
+		connected = append(connected, n.NQN+" "+ep.String())
 	}
 	return connected, skipped
 }
@@ -193,7 +183,10 @@ func (m *Monitor) connect(ctx context.Context, host *nvme.Host, n *volume.NVMeTC
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
 	defer cancel()
 	if err := m.deps.Prober.Reachable(cctx, ep.String()); err != nil {
-		return fmt.Errorf("unreachable: %w", err)
+		if refused(err) {
+			return fmt.Errorf("refused: %w", err)
+		}
+		return fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
 	secrets := siblingSecrets(m, host, n.NQN)
 	_, err := m.deps.Connector.Connect(cctx, nvme.ConnectOptions(n, ep, m.deps.Host, secrets))
