@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,6 +14,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	mount "k8s.io/mount-utils"
+
+	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/nvme"
@@ -46,6 +50,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	fl.SetOutput(stderr)
 	sysRoot := fl.String("sys-root", "/sys", "root of the sysfs tree to read")
 	stateDir := fl.String("state-dir", "/var/lib/pathmend", "directory of the staged-volume records (empty: none)")
+	mountInfo := fl.String("mountinfo", "/proc/self/mountinfo", "mount table with device numbers, to tell whether staged volumes are still on their devices (empty: do not check)")
 	asJSON := fl.Bool("json", false, "print the report as JSON (docs/diagnose.md)")
 	plan := fl.Bool("plan", false, "also show what the heal policy would do right now (a dry run: no action, ever)")
 	grace := fl.Duration("heal-grace", heal.DefaultGrace, "with --plan: the connect grace the policy applies")
@@ -93,6 +98,17 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	isd := diagnoseISCSI(snap, records, iscsiPlanConfig{Scope: iscsi.HealScope(*iscsiScope), Threshold: *iscsiThreshold})
 	rep.ISCSI = isd.rep
 	rep.Defects = append(rep.Defects, isd.defects...)
+	var stagedPlan []planRep
+	if *mountInfo != "" {
+		infos, err := mount.ParseMountInfo(*mountInfo)
+		if err != nil {
+			fmt.Fprintf(stderr, "pathmend diagnose: --mountinfo: %v\n", err)
+			return diagnoseError
+		}
+		var staged []heal.Defect
+		staged, stagedPlan = stagedDeviceDefects(context.Background(), sys, h, snap, records, driver.MountsOf(infos))
+		rep.Defects = append(rep.Defects, staged...)
+	}
 	rep.Healthy = len(rep.Defects) == 0
 	if *plan {
 		if s := iscsi.HealScope(*iscsiScope); s != iscsi.HealStaged && s != iscsi.HealAll {
@@ -113,7 +129,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 			fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
 			return diagnoseError
 		}
-		rep.Plan = append(planOf(p.Plan(nvmeDefects)), isd.plan...)
+		rep.Plan = append(append(planOf(p.Plan(nvmeDefects)), isd.plan...), stagedPlan...)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -224,10 +224,12 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
+	staged := &driverStaged{}
 	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout, BackoffMax: c.backoffMax}, monitor.Deps{
 		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
 		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,
 		Sessions: sessionHeal{healer: healer, sys: sys, metrics: m},
+		Staged:   staged,
 	})
 	if err != nil {
 		return err
@@ -255,6 +257,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
+	staged.d = d // before the monitor runs
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -95,6 +95,17 @@ func (w withMonitorNotes) Health(ctx context.Context, rec volume.Record) volume.
 	return c
 }
 
+// driverStaged gives the monitor, built before the driver (whose NVMe
+// attacher reads the monitor's notes), the driver's staged-device check.
+// d is set before the monitor runs.
+type driverStaged struct {
+	d *driver.Driver
+}
+
+func (s *driverStaged) ReplacedStagings(ctx context.Context, recs []volume.Record) (map[string]volume.Condition, error) {
+	return s.d.ReplacedStagings(ctx, recs)
+}
+
 // healthCheck is /healthz: the CSI server answers Probe over its socket,
 // and the monitor finished a tick within maxAge (unless healing is off).
 func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge time.Duration) metrics.HealthCheck {

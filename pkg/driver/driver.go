@@ -51,6 +51,9 @@ type Deps struct {
 	Attachers map[volume.Transport]Attacher
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
+	// MountInfo reads the mount table with each mount's device number;
+	// /proc/self/mountinfo when nil.
+	MountInfo func() ([]mount.MountInfo, error)
 }
 
 // Driver serves the CSI Identity and Node services of one node.
@@ -112,6 +115,9 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now
+	}
+	if deps.MountInfo == nil {
+		deps.MountInfo = defaultMountInfo
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -13,8 +13,10 @@ import (
 )
 
 // volumeCondition is the health of one staged volume: its transport's view
-// of the paths, and for filesystem access whether the staging mount is
-// still there.
+// of the paths, for filesystem access whether the staging mount is still
+// there, and whether what its users hold is still its device (a device
+// the kernel removed and re-created makes a staged volume inaccessible
+// however healthy its paths are).
 func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) Condition {
 	if rec.AccessType == volume.AccessMount {
 		if mounted, err := isMountPoint(d.deps.Mounter, rec.StagingPath); err == nil && !mounted {
@@ -25,7 +27,13 @@ func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) Conditi
 	if err != nil {
 		return Condition{Status: Inaccessible, Reason: "UnknownTransport", Message: err.Error()}
 	}
-	return att.Health(ctx, rec)
+	c := att.Health(ctx, rec)
+	if mounts, err := d.mounts(); err == nil {
+		if r, ok := d.replacedCondition(rec, mounts, c); ok {
+			return r
+		}
+	}
+	return c
 }
 
 func healthEntries(c Condition) []*csi.VolumeHealth_VolumeHealthEntry {

@@ -65,9 +65,15 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if why := stageConflict(prev, want); why != "" {
 			return nil, alreadyExists("volume %s is already staged with different arguments: %s", volumeID, why)
 		}
-		inPlace, err := d.stagedInPlace(prev)
+		replaced, err := d.clearReplacedStaging(ctx, prev, att)
 		if err != nil {
-			return nil, internal(err, "check staged volume %s", volumeID)
+			return nil, err
+		}
+		inPlace := false
+		if !replaced {
+			if inPlace, err = d.stagedInPlace(prev); err != nil {
+				return nil, internal(err, "check staged volume %s", volumeID)
+			}
 		}
 		if inPlace {
 			klog.V(4).InfoS("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
@@ -87,6 +93,8 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	klog.V(2).InfoS("Attached volume", "volumeID", volumeID, "transport", vctx.Transport, "device", dev.Path, "sizeBytes", dev.SizeBytes)
 	want.Device = dev.Path
+	number, numErr := attachedNumber(dev)
+	want.DeviceNumber = number
 
 	// rollback undoes this call's attach when a later step fails, so a
 	// failed NodeStage leaves no half-attached volume behind. A volume that
@@ -105,6 +113,10 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 	}
 
+	if numErr != nil {
+		rollback(false)
+		return nil, numErr
+	}
 	mountedNow := false
 	if vc.access == volume.AccessMount {
 		mountedNow, err = d.mountStaging(want)
@@ -159,10 +171,14 @@ func (d *Driver) mountStaging(rec volume.Record) (mounted bool, err error) {
 }
 
 // stagedInPlace reports whether a recorded volume is still staged: its
-// device exists and, for filesystem access, is what is mounted at the
-// staging path.
+// device exists — the device the record numbers, when it numbers one: a
+// name the kernel gave to another device since is not it — and, for
+// filesystem access, is what is mounted at the staging path.
 func (d *Driver) stagedInPlace(rec volume.Record) (bool, error) {
 	if fi, err := os.Stat(rec.Device); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		return false, nil
+	}
+	if n, ok := rdevOf(rec.Device); ok && !rec.DeviceNumber.IsZero() && n != rec.DeviceNumber {
 		return false, nil
 	}
 	if rec.AccessType == volume.AccessBlock {
@@ -175,9 +191,13 @@ func (d *Driver) stagedInPlace(rec volume.Record) (bool, error) {
 	return d.mountedFrom(rec.StagingPath, rec.Device)
 }
 
-// mountedFrom reports whether the mount at path is of device (symlinks of
-// either resolved).
+// mountedFrom reports whether the mount at path is of device: by device
+// number when the mount table and the device node tell it, else by path
+// (symlinks of either resolved).
 func (d *Driver) mountedFrom(path, device string) (bool, error) {
+	if same, known, err := d.sameDevice(path, device); err == nil && known {
+		return same, nil
+	}
 	src, _, err := mountDevice(d.deps.Mounter, path)
 	if err != nil {
 		return false, err

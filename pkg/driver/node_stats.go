@@ -71,7 +71,10 @@ func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileIn
 // NodeGetVolumeStats reports capacity and inodes of a filesystem volume or
 // the size of a block volume. Path health is reported by
 // NodeGetVolumeHealth: CSI v1.13 removed the alpha VolumeCondition field
-// from this response.
+// from this response. A volume whose staged device the kernel replaced has
+// no usage to report — its filesystem is on a removed device — so it is
+// answered FailedPrecondition with what happened and what to do, which
+// kubelet logs, instead of numbers that look normal.
 func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	volumeID := req.GetVolumeId()
 	path, err := volumePathOf(volumeID, req.GetVolumePath())
@@ -81,6 +84,11 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	rec, _, err := d.lookupVolumeAt(volumeID, path)
 	if err != nil {
 		return nil, err
+	}
+	if att, err := d.attacher(rec.Context.Transport); err == nil {
+		if c, ok := d.replaced(ctx, rec, att); ok {
+			return nil, failedPrecondition("%s", c.Message)
+		}
 	}
 	if rec.AccessType == volume.AccessBlock {
 		size, err := blockDeviceSize(rec.Device)

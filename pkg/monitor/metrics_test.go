@@ -76,3 +76,51 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// stagedFunc adapts a function to StagedChecker.
+type stagedFunc func([]volume.Record) map[string]volume.Condition
+
+func (f stagedFunc) ReplacedStagings(_ context.Context, recs []volume.Record) (map[string]volume.Condition, error) {
+	return f(recs), nil
+}
+
+// Every staged volume has a pathmend_volume_staged_device_replaced
+// series: 1 while the driver finds its staged device replaced, 0 once it
+// is not (restaged), none once it is unstaged. It is reported in observe
+// mode too: it is a report, not a repair.
+func TestTick_StagedDeviceReplacedMetric(t *testing.T) {
+	r := newRig(t, heal.ModeObserve, nil)
+	m := metrics.New()
+	r.m.deps.Metrics = m
+	bad := map[string]bool{"vol-a": true}
+	r.m.deps.Staged = stagedFunc(func(recs []volume.Record) map[string]volume.Condition {
+		out := map[string]volume.Condition{}
+		for _, rec := range recs {
+			if bad[rec.VolumeID] {
+				out[rec.VolumeID] = volume.Condition{Status: volume.Inaccessible, Reason: volume.ReasonStagedDeviceReplaced}
+			}
+		}
+		return out
+	})
+	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3")}
+	rep := r.m.Tick(context.Background())
+	if len(rep.Replaced) != 1 || rep.Replaced[0] != "vol-a" {
+		t.Errorf("replaced = %v", rep.Replaced)
+	}
+	body := scrape(t, m)
+	for _, want := range []string{
+		`pathmend_volume_staged_device_replaced{transport="nvme-tcp",volume_id="vol-a"} 1`,
+		`pathmend_volume_staged_device_replaced{transport="nvme-tcp",volume_id="vol-b"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grep(body, "staged_device"))
+		}
+	}
+	delete(bad, "vol-a")
+	r.recs = r.recs[:1]
+	r.m.Tick(context.Background())
+	body = scrape(t, m)
+	if !strings.Contains(body, `pathmend_volume_staged_device_replaced{transport="nvme-tcp",volume_id="vol-a"} 0`) || strings.Contains(body, `volume_id="vol-b"`) {
+		t.Errorf("after the restage of vol-a and the unstage of vol-b:\n%s", grep(body, "staged_device"))
+	}
+}

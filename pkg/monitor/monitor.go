@@ -67,6 +67,17 @@ type Deps struct {
 	// PathExists reports whether a staging path still exists (default
 	// os.Stat).
 	PathExists func(string) bool
+	// Staged, when set, tells which staged volumes' users hold a device
+	// the kernel replaced (the driver knows the mounts); the tick feeds
+	// pathmend_volume_staged_device_replaced from it.
+	Staged StagedChecker
+}
+
+// StagedChecker reports the staged volumes whose staged device is no
+// longer their device, with the condition that says so, keyed by volume
+// ID. *driver.Driver implements it.
+type StagedChecker interface {
+	ReplacedStagings(ctx context.Context, recs []volume.Record) (map[string]volume.Condition, error)
 }
 
 // Monitor keeps every path of every staged volume healthy: each tick it
@@ -84,6 +95,12 @@ type Monitor struct {
 	status   map[string]VolumeStatus
 	orphans  map[string]bool
 	lastTick time.Time
+	// replaced are the volumes whose staged device series is set, so
+	// that an unstaged volume's series is deleted.
+	replaced map[string]bool
+	// timeoutConflicts are the controllers last logged as shared by
+	// volumes whose timeouts differ.
+	timeoutConflicts string
 }
 
 // VolumeStatus is what the last tick saw of one volume.
@@ -131,7 +148,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
 	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax),
-		sem: make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}}, nil
+		sem: make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{}}, nil
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then

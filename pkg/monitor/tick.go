@@ -25,6 +25,8 @@ type Report struct {
 	Skipped []string
 	// Orphans are volumes whose staging path no longer exists.
 	Orphans []string
+	// Replaced are volumes whose users hold a device the kernel replaced.
+	Replaced []string
 }
 
 // Tick runs one pass: load records → read sysfs once → heal → subtract
@@ -56,6 +58,7 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	if m.deps.Sessions != nil {
 		m.deps.Sessions.Tick(ctx, recs, err)
 	}
+	rep.Replaced = m.checkStaged(ctx, recs)
 	end := m.deps.Clock.Now()
 	m.deps.Metrics.ObserveTick(end.Sub(start), end)
 	m.mu.Lock()
@@ -130,6 +133,7 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 			host = h
 		}
 	}
+	m.alignTimeouts(host, exps, recs)
 	m.updateStatus(host, exps, rep, notes)
 }
 

@@ -43,6 +43,11 @@ type Record struct {
 	// Device is the verified block device path, e.g. /dev/nvme0n1. It may be
 	// empty in a record written before the device was found.
 	Device string `json:"device"`
+	// DeviceNumber is Device's number when it was staged (sysfs
+	// block/<dev>/dev, checked against the device node): the identity of
+	// what was staged, which a name is not. Zero in a record written
+	// before pathmend kept it.
+	DeviceNumber DeviceNumber `json:"deviceNumber,omitzero"`
 	// ReadOnly is set when the volume was staged with a read-only access
 	// mode (its staging mount is read-only).
 	ReadOnly bool `json:"readOnly,omitempty"`

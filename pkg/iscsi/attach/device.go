@@ -75,7 +75,11 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	if err := a.checkNode(path, devt); err != nil {
 		return driver.Device{}, err
 	}
-	return driver.Device{Path: path, SizeBytes: size}, nil
+	num, err := volume.ParseDeviceNumber(devt)
+	if err != nil {
+		return driver.Device{}, fmt.Errorf("block/%s/dev: %w", name, err)
+	}
+	return driver.Device{Path: path, SizeBytes: size, Number: num}, nil
 }
 
 // waitDisks polls sysfs until every logged-in session has the LUN's disk,

@@ -1,0 +1,35 @@
+package nvme
+
+import (
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// CurrentDevices returns the block devices the namespace of e has in h —
+// its multipath head, or with multipath off its disk on every controller
+// — with their numbers from block/<dev>/dev; nil when h has no such
+// namespace. A device whose number cannot be read (it vanished since the
+// read) is left out. It is what a staged volume's device is compared
+// with: a head the kernel removed and created again has a new number.
+func CurrentDevices(fsys sysfs.FS, h *Host, e Expectation) []volume.BlockDevice {
+	loc, err := Locate(h, e)
+	if err != nil {
+		return nil
+	}
+	var out []volume.BlockDevice
+	for _, d := range loc.Namespace.Devices() {
+		if n, err := DeviceNumberOf(fsys, d); err == nil {
+			out = append(out, volume.BlockDevice{Name: string(d), Number: n})
+		}
+	}
+	return out
+}
+
+// DeviceNumberOf reads block/<d>/dev.
+func DeviceNumberOf(fsys sysfs.FS, d DeviceName) (volume.DeviceNumber, error) {
+	s, err := fsys.ReadAttr("block/" + string(d) + "/dev")
+	if err != nil {
+		return volume.DeviceNumber{}, err
+	}
+	return volume.ParseDeviceNumber(s)
+}
