@@ -225,10 +225,11 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	staged := &driverStaged{}
+	sessions := &sessionHeal{healer: healer, sys: sys, metrics: m}
 	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout, BackoffMax: c.backoffMax}, monitor.Deps{
 		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
 		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,
-		Sessions: sessionHeal{healer: healer, sys: sys, metrics: m},
+		Sessions: sessions,
 		Staged:   staged,
 	})
 	if err != nil {
@@ -253,6 +254,9 @@ func serve(ctx context.Context, c serveConfig) error {
 			volume.TransportISCSI:   iscsiAtt,
 		},
 		Now: time.Now,
+		NodeConditions: func() []volume.Condition {
+			return append(mon.NodeConditions(), sessions.conditions()...)
+		},
 	})
 	if err != nil {
 		return err

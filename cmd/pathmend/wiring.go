@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -30,9 +31,14 @@ type sessionHeal struct {
 	healer  *iscsi.SessionHealer
 	sys     sysfs.FS
 	metrics *metrics.Metrics
+
+	// last are the iSCSI node conditions of the last tick, for
+	// NodeGetStorageHealth.
+	mu   sync.Mutex
+	last []volume.Condition
 }
 
-func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
+func (s *sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
 	snap, err := iscsi.Read(s.sys, time.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
@@ -40,7 +46,11 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 	}
 	counts := map[heal.Kind]int{}
 	var outcomes []heal.Outcome
-	for _, r := range s.healer.Tick(ctx, snap, records, recordsErr) {
+	reports := s.healer.Tick(ctx, snap, records, recordsErr)
+	s.mu.Lock()
+	s.last = iscsi.NodeConditions(reports)
+	s.mu.Unlock()
+	for _, r := range reports {
 		// Every session seen down counts, in scope or not, as in
 		// `pathmend diagnose`: the heal's scope limits kicks, not reports.
 		if r.State != iscsi.SessionLoggedIn && r.DownFor > 0 {
@@ -63,6 +73,13 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 	}
 	s.metrics.SetDefects(string(volume.TransportISCSI), counts)
 	s.metrics.ObserveOutcomes(string(volume.TransportISCSI), outcomes)
+}
+
+// conditions are the iSCSI node conditions of the last tick.
+func (s *sessionHeal) conditions() []volume.Condition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
 }
 
 // recoveryMethod names a kick the way the metric documents it.

@@ -54,6 +54,12 @@ type Deps struct {
 	// MountInfo reads the mount table with each mount's device number;
 	// /proc/self/mountinfo when nil.
 	MountInfo func() ([]mount.MountInfo, error)
+	// NodeConditions, when set, adds the node-wide storage conditions the
+	// monitor saw in its last tick (targets and portals that do not
+	// answer, iSCSI sessions the heal cannot kick) to
+	// NodeGetStorageHealth. Degraded is reported as STORAGE_DEGRADED,
+	// Inaccessible as STORAGE_UNREACHABLE.
+	NodeConditions func() []volume.Condition
 }
 
 // Driver serves the CSI Identity and Node services of one node.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -77,22 +78,34 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: healthEntries(c)}}, nil
 }
 
-// NodeGetStorageHealth reports, per storage backend (an NVMe subsystem or
-// an iSCSI target) with a staged volume on this node, whether it is
-// degraded or unreachable from here. One entry per (status, reason), its
-// message naming the backends and volumes affected.
+// Reasons of the node conditions NodeGetStorageHealth reports itself (the
+// monitor and the session heal add theirs through Deps.NodeConditions).
+const (
+	// ReasonRecordsUnreadable: some staged-volume records cannot be read;
+	// their volumes are neither checked nor healed.
+	ReasonRecordsUnreadable = "RecordsUnreadable"
+	// ReasonHealOff: path healing is switched off on this node.
+	ReasonHealOff = "HealOff"
+)
+
+// NodeGetStorageHealth reports the node's storage conditions: per storage
+// backend (an NVMe subsystem or an iSCSI target) with a staged volume on
+// this node, whether it is degraded or unreachable from here; targets or
+// portals that do not answer and iSCSI sessions the heal cannot kick (from
+// Deps.NodeConditions: the monitor's last tick); staged-volume records
+// that cannot be read; and the heal switched off. One entry per (status,
+// reason), its message naming what is affected and what to do; no entry
+// when none of this holds (healthy).
 func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
+	// Unreadable records are a condition of the node, not a failure of
+	// the call: the readable ones are still reported.
 	recs, err := d.deps.Store.List()
-	if err != nil && len(recs) == 0 {
-		return nil, internal(err, "list staged volumes")
-	}
 	type key struct {
 		status csi.StorageHealthErrorType
 		reason string
 	}
 	affected := map[key][]string{}
-	for _, rec := range recs {
-		c := d.volumeCondition(ctx, rec)
+	add := func(c Condition, msg string) {
 		var st csi.StorageHealthErrorType
 		switch c.Status {
 		case Degraded:
@@ -100,10 +113,25 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		case Inaccessible:
 			st = csi.StorageHealthErrorType_STORAGE_UNREACHABLE
 		default:
-			continue
+			return
 		}
 		k := key{st, c.Reason}
-		affected[k] = append(affected[k], fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
+		affected[k] = append(affected[k], msg)
+	}
+	for _, rec := range recs {
+		c := d.volumeCondition(ctx, rec)
+		add(c, fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
+	}
+	if err != nil {
+		add(Condition{Status: Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("some staged-volume records cannot be read, so their volumes are neither checked nor healed: %v; repair or remove the file named (NodeUnstage of its volume rewrites nothing it cannot read)", err))
+	}
+	if d.cfg.HealMode == heal.ModeOff {
+		add(Condition{Status: Degraded, Reason: ReasonHealOff}, "path healing is off on this node (--heal=off): pathmend neither reconnects nor repairs paths, and a path lost stays lost; run pathmend with --heal=repair, or --heal=observe to see what it would do")
+	}
+	if d.deps.NodeConditions != nil {
+		for _, c := range d.deps.NodeConditions() {
+			add(c, c.Message)
+		}
 	}
 	keys := make([]key, 0, len(affected))
 	for k := range affected {

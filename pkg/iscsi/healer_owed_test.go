@@ -1,6 +1,8 @@
 package iscsi
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // timeoutErr is iscsiadm giving up on a login the target never answers
@@ -145,5 +148,50 @@ func TestHeal_AbsentSessionOnAnUnreachablePortalWaitsForIt(t *testing.T) {
 	rp := report(t, r.tick(time.Minute, snap, pv), 0)
 	if rp.Verdict != heal.Deferred || !strings.HasPrefix(rp.Reason, "portal unreachable:") || !strings.Contains(rp.Reason, "pathmend logs in once the portal answers") {
 		t.Fatalf("%+v", rp)
+	}
+}
+
+// One tick's reports as node conditions: a portal that does not answer
+// (PortalsUnreachable while the target's other portal is logged in,
+// TargetUnreachable when it is the only one), and each session the heal
+// cannot kick, with what to do: a rejected login, a session out of scope,
+// a last path whose iscsid restart budget is spent, an owed login that
+// keeps failing.
+func TestNodeConditions_FromReports(t *testing.T) {
+	down := Reachability{TCP: errors.New("connect: connection timed out"), TCPTime: 2 * time.Second}
+	n := func(iqn, portal string) Node {
+		return Node{Target: iqn, Portal: volume.Endpoint{Host: portal, Port: 3260}}
+	}
+	reports := []Report{
+		{Session: 1, State: SessionLoggedIn, Node: n("iqn.a", "127.0.0.1")},
+		{Session: 2, State: SessionFailed, Node: n("iqn.a", "127.0.0.2"), Probe: &down, Verdict: heal.Refused, Reason: "portal unreachable: …"},
+		{State: SessionAbsent, Node: n("iqn.b", "127.0.0.3"), Probe: &down, Verdict: heal.Deferred, Reason: "portal unreachable: …"},
+		{Session: 4, State: SessionFree, DownFor: time.Minute, Node: n("iqn.c", "127.0.0.4"), Verdict: heal.Refused, Reason: "login rejected by the target: exit 24"},
+		{Session: 5, State: SessionFree, DownFor: time.Hour, Node: n("iqn.d", "127.0.0.5"), Verdict: heal.Refused, Reason: "out of scope: no staged volume uses target iqn.d"},
+		{Session: 6, State: SessionFailed, DownFor: 2 * time.Minute, Node: n("iqn.e", "127.0.0.6"), Verdict: heal.Deferred, Reason: "restart cooldown: iscsid restarted 1m ago"},
+		{State: SessionAbsent, Owed: true, DownFor: 3 * time.Minute, Node: n("iqn.f", "127.0.0.7"), Verdict: heal.Failed, Reason: "login failed; chosen because …"},
+		{Session: 8, State: SessionFailed, DownFor: 20 * time.Second, Node: n("iqn.g", "127.0.0.8")}, // iscsid's to recover still
+	}
+	cs := NodeConditions(reports)
+	var got []string
+	for _, c := range cs {
+		got = append(got, fmt.Sprintf("%s %s", c.Status, c.Reason))
+	}
+	want := []string{"Degraded PortalsUnreachable", "Inaccessible TargetUnreachable", "Degraded ISCSISessionStuck"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if !strings.Contains(cs[0].Message, "iSCSI target iqn.a: 1 of 2 portals do not answer") || !strings.Contains(cs[1].Message, "iqn.b: 1 of 1 portals") {
+		t.Errorf("unreachable messages: %q; %q", cs[0].Message, cs[1].Message)
+	}
+	stuck := cs[2].Message
+	for _, s := range []string{"session4 to iqn.c", "fix its CHAP credentials or ACL", "session5 to iqn.d", "--heal-iscsi-scope=all",
+		"session6 to iqn.e", "restart iscsid by hand", "no session to iqn.f", "pathmend logged the session out"} {
+		if !strings.Contains(stuck, s) {
+			t.Errorf("stuck message lacks %q:\n%s", s, stuck)
+		}
+	}
+	if strings.Contains(stuck, "iqn.g") {
+		t.Errorf("a session iscsid may still recover is reported stuck:\n%s", stuck)
 	}
 }

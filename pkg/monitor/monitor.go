@@ -86,10 +86,11 @@ type StagedChecker interface {
 // first. Repair runs first so that whatever it tears down is reconnected
 // in the same tick, and reconcile never races a controller it just made.
 type Monitor struct {
-	cfg  Config
-	deps Deps
-	back *backoff
-	sem  chan struct{}
+	cfg   Config
+	deps  Deps
+	back  *backoff
+	reach *reachability
+	sem   chan struct{}
 
 	mu       sync.Mutex
 	status   map[string]VolumeStatus
@@ -101,6 +102,9 @@ type Monitor struct {
 	// timeoutConflicts are the controllers last logged as shared by
 	// volumes whose timeouts differ.
 	timeoutConflicts string
+	// endpoints counts the distinct endpoints staged volumes list, per
+	// subsystem NQN, as of the last tick.
+	endpoints map[string]int
 }
 
 // VolumeStatus is what the last tick saw of one volume.
@@ -147,7 +151,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	if deps.PathExists == nil {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
-	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax),
+	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), reach: newReachability(),
 		sem: make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{}}, nil
 }
 

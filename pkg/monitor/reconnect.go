@@ -29,6 +29,9 @@ func (m *Monitor) reconnect(ctx context.Context, host *nvme.Host, n *volume.NVMe
 	now := m.deps.Clock.Now()
 	if ok, until, lastErr, recheck := m.back.ready(key, now); !ok {
 		if !recheck || !m.recheck(ctx, ep) {
+			if recheck {
+				m.reach.unreachable(key, now, lastErr)
+			}
 			return fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format(time.TimeOnly), lastErr)
 		}
 		klog.V(2).InfoS("Backed-off endpoint answers again; reconnecting now", "nqn", n.NQN, "endpoint", ep.String())
@@ -37,11 +40,17 @@ func (m *Monitor) reconnect(ctx context.Context, host *nvme.Host, n *volume.NVMe
 	switch {
 	case err == nil:
 		m.back.success(key)
+		m.reach.reachable(key)
 		return ""
 	case refused(err):
 		m.back.success(key)
+		m.reach.unreachable(key, now, err.Error())
 		klog.V(2).InfoS("Path not reconnected: refused; retried next tick", "nqn", n.NQN, "endpoint", ep.String(), "err", err.Error())
 		return fmt.Sprintf("%s: %v; retried next tick", ep, err)
+	case errors.Is(err, errNoAnswer):
+		m.reach.unreachable(key, now, err.Error())
+	default:
+		m.reach.reachable(key) // it answered; the connect is what failed
 	}
 	until := m.back.failure(key, now, err, errors.Is(err, errNoAnswer))
 	klog.InfoS("Path not reconnected", "nqn", n.NQN, "endpoint", ep.String(), "err", err.Error(), "retryAt", until.Format(time.RFC3339))

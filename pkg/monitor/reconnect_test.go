@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -102,5 +103,44 @@ func TestTick_AReturnedEndpointIsReconnectedOnTheNextTick(t *testing.T) {
 				t.Errorf("status after the reconnect = %+v", st)
 			}
 		})
+	}
+}
+
+// The endpoints a tick could not reconnect because they did not answer
+// are the node's NVMe storage conditions: EndpointsUnreachable (degraded)
+// while others of the target answer, TargetUnreachable when none does,
+// and nothing once they answer and are connected again.
+func TestNodeConditions_UnreachableEndpoints(t *testing.T) {
+	p := &outageProber{endpoint: "127.0.0.2:4420", state: "refused"}
+	r := newRig(t, heal.ModeRepair, p)
+	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.connectAged(t, nqnA, "127.0.0.1")
+	r.m.Tick(context.Background())
+	cs := r.m.NodeConditions()
+	if len(cs) != 1 || cs[0].Status != volume.Degraded || cs[0].Reason != ReasonEndpointsUnreachable ||
+		!strings.Contains(cs[0].Message, "1 of 2 endpoints") || !strings.Contains(cs[0].Message, "127.0.0.2:4420 refused") {
+		t.Fatalf("one endpoint refused: %+v", cs)
+	}
+	// The other endpoint goes silent too: its controller is gone.
+	r.k.Disconnect("nvme0")
+	p2 := &outageProber{endpoint: "127.0.0.1:4420", state: "silent"}
+	r.m.deps.Prober = proberFunc(func(ctx context.Context, hp string) error {
+		if err := p2.Reachable(ctx, hp); err != nil {
+			return err
+		}
+		return p.Reachable(ctx, hp)
+	})
+	r.clk.Step(time.Second)
+	r.m.Tick(context.Background())
+	cs = r.m.NodeConditions()
+	if len(cs) != 1 || cs[0].Status != volume.Inaccessible || cs[0].Reason != ReasonTargetUnreachable || !strings.Contains(cs[0].Message, "2 of 2 endpoints") {
+		t.Fatalf("both endpoints down: %+v", cs)
+	}
+	p.set("up")
+	p2.set("up")
+	r.clk.Step(time.Second)
+	r.m.Tick(context.Background())
+	if cs := r.m.NodeConditions(); len(cs) != 0 {
+		t.Errorf("after both answered again: %+v", cs)
 	}
 }

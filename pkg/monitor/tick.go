@@ -124,6 +124,7 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 	}
 	wg.Wait()
 	m.back.prune(inUse)
+	m.trackEndpoints(host, removed, exps)
 	slices.Sort(rep.Connects)
 	slices.Sort(rep.Skipped)
 	// Read again only when the tick changed the kernel's state; a healthy
@@ -263,6 +264,8 @@ func (m *Monitor) forgetAll() {
 		m.deps.Metrics.ForgetVolume(id)
 	}
 	m.status = map[string]VolumeStatus{}
+	m.endpoints = nil
+	m.reach.prune(nil)
 	m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), nil)
 }
 
