@@ -13,6 +13,17 @@
 // context. It keeps no state in memory beyond in-flight locks; everything a
 // restarted plugin needs comes from the records on disk and from the kernel.
 //
+// A staged volume's device is known by number, not name: the record keeps
+// the number it was staged with (checked against the device node), and the
+// device its users hold is read from the mount table (Deps.MountInfo) or
+// the device node at a block publication. When that is not one of the
+// devices the transport finds for the volume now (Condition.Devices), the
+// kernel removed the device and made a new one (staged_device.go): the
+// volume is INACCESSIBLE, StagedDeviceReplaced, in health and storage
+// health, NodeGetVolumeStats answers FailedPrecondition, and NodeStage
+// restages it when no publication holds the old mount (restage.go).
+// NodeGetStorageHealth adds the node's conditions (Deps.NodeConditions).
+//
 // Invariants: every argument is validated before the host is touched; a
 // failed NodeStage leaves nothing attached that it attached; secrets never
 // reach a log line or an error.

@@ -13,10 +13,22 @@
 //  5. reconciles optimized endpoints, then non-optimized ones, per volume
 //     concurrently: an endpoint with no present controller (any state but
 //     deleting or dead) is probed (TCP, short timeout) and connected
-//     within a per-connect timeout, at most MaxConnects at once; an
-//     endpoint that does not answer is backed off exponentially (capped,
-//     reset on success) and reported, not retried every tick;
-//  6. runs the iSCSI session heal, when built in.
+//     within a per-connect timeout, at most MaxConnects at once. What
+//     costs is backed off exponentially (capped by BackoffMax, reset on
+//     success): a probe that got no answer, a connect that failed. A
+//     refusal costs one round trip and is retried every tick; an endpoint
+//     backed off for silence is rechecked every tick with a probe bounded
+//     by RecheckTimeout. So a returned endpoint is reconnected on the tick
+//     after it answers. Endpoints that do not answer are kept, per target,
+//     for NodeConditions (the driver's NodeGetStorageHealth);
+//  6. aligns the timeouts of the staged volumes' controllers with the
+//     volumes' (nvme.TimeoutsOf; Linux 6.1 lets them change on a live
+//     controller) and sets delayed_removal_secs of their heads where the
+//     kernel has it — repair mode only;
+//  7. runs the iSCSI session heal, when built in;
+//  8. asks the driver (Deps.Staged) which staged volumes' users hold a
+//     device the kernel replaced, for the
+//     pathmend_volume_staged_device_replaced metric.
 //
 // Repair comes before reconcile on purpose: a reconcile-first tick would
 // diagnose a controller created microseconds earlier, one that has not
