@@ -268,13 +268,20 @@ func TestHeal_CooldownMemoryIsBounded(t *testing.T) {
 	}
 }
 
-func TestHeal_LogsEachVerdictOnce(t *testing.T) {
+// captureLogs sends klog's output to the returned buffer for the test.
+func captureLogs(t *testing.T) *bytes.Buffer {
+	t.Helper()
 	var buf bytes.Buffer
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
 	fs.Parse([]string{"-logtostderr=false", "-alsologtostderr=false"})
 	klog.SetOutput(&buf)
 	t.Cleanup(func() { klog.SetOutput(nil); fs.Set("logtostderr", "true") })
+	return &buf
+}
+
+func TestHeal_LogsEachVerdictOnce(t *testing.T) {
+	buf := captureLogs(t)
 
 	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
@@ -399,12 +406,7 @@ func (s *stepper) TryFirstStep(context.Context, Defect) (bool, error) {
 // cooldown; the verdict line says both. A rescan that brings the
 // namespace back is the repair.
 func TestHeal_FirstStepRunsWhateverTheCoTenantGateSays(t *testing.T) {
-	var buf bytes.Buffer
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	fs.Parse([]string{"-logtostderr=false", "-alsologtostderr=false"})
-	klog.SetOutput(&buf)
-	t.Cleanup(func() { klog.SetOutput(nil); fs.Set("logtostderr", "true") })
+	buf := captureLogs(t)
 
 	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
