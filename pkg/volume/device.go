@@ -171,7 +171,7 @@ func Replaced(rec Record, staged StagedDevice, current []BlockDevice, removed bo
 	}
 	gone := "which is no longer the volume's device"
 	if removed {
-		gone = "which the kernel removed (all paths of the volume were lost for a while)"
+		gone = "which the kernel removed (the volume lost every path for a while, or its namespace or LUN was removed and added again)"
 	}
 	msg := fmt.Sprintf("the %s of volume %s held by %s is on %s, %s; the volume's device is now %s. "+
 		"I/O through the staged %s fails until the volume is staged again: restart the pods that use it, so that kubelet unpublishes and unstages it and the next NodeStage attaches the new device (the data on the volume is not lost)",
