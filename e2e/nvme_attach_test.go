@@ -216,11 +216,14 @@ func TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn(t *testing.T) {
 	l.sh(t, fmt.Sprintf("nvmet_port_link 2 %q", nqn))
 	eventually(t, 60*time.Second, "the monitor to reconnect port 4421", func() bool { return port2() != "" })
 	var reconnected logLine
-	for _, x := range withMsg(readLog(t, logPath), "Reconnected path") {
-		if x.KV["endpoint"] == "127.0.0.1:4421" {
-			reconnected = x
+	eventually(t, 15*time.Second, "the 'Reconnected path' line (klog flushes every 5 s)", func() bool {
+		for _, x := range withMsg(readLog(t, logPath), "Reconnected path") {
+			if x.KV["endpoint"] == "127.0.0.1:4421" {
+				reconnected = x
+			}
 		}
-	}
+		return reconnected.Raw != ""
+	})
 	// The log's clock is the guest's, as is time.Now; klog prints no year.
 	at := time.Date(restored.Year(), reconnected.At.Month(), reconnected.At.Day(), reconnected.At.Hour(), reconnected.At.Minute(), reconnected.At.Second(), reconnected.At.Nanosecond(), time.Local)
 	took := at.Sub(restored)
