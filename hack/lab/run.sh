@@ -78,7 +78,7 @@ cmd_lab() {
 }
 
 cmd_e2e() {
-	local run=${1:-.} share img rc=0 tmo=${E2E_TIMEOUT:-900}
+	local run=${1:-.} share img rc=0 tmo=${E2E_TIMEOUT:-1500}
 	img=$("$LAB_DIR/image/build.sh")
 	share=$(share_dir e2e)
 	build_tools "$share" pathmend
