@@ -550,24 +550,53 @@ nqnproxy_start 127.0.0.3:4421 127.0.0.1:4421 %[1]q %[1]q %[2]q`, nqn, hold))
 }
 
 // TestISCSI_ALUNWhoseDiskWasRecreatedIsReportedAndRestaged (issue 14, 1,
-// iSCSI): a one-portal volume without multipathd is staged on the LUN's
-// disk and published. Its session is logged out and in by hand: Linux
-// deletes the disk and the new session makes a new one, while the staging
-// mount stays on the deleted disk. pathmend (observe mode: it kicks
-// nothing) reports the volume INACCESSIBLE StagedDeviceReplaced; a NodeStage
-// retried while published says the pods must be restarted; unpublished,
-// NodeStage restages it on the new disk and the pattern reads back.
+// iSCSI): a one-portal volume on a node without multipathd is staged on the
+// LUN's disk and published. Its session is logged out and in by hand:
+// Linux deletes the disk and the new session makes a new one, while the
+// staging mount stays on the deleted disk. pathmend (observe mode: it
+// kicks nothing) reports the volume INACCESSIBLE StagedDeviceReplaced; a
+// NodeStage retried while published says the pods must be restarted;
+// unpublished, NodeStage restages it on the new disk and the pattern reads
+// back. (With multipathd the map usually survives a path re-created under
+// it: the staged device is then the same.)
 func TestISCSI_ALUNWhoseDiskWasRecreatedIsReportedAndRestaged(t *testing.T) {
 	l := needLab(t)
+	l.teardownAll(t)
 	const iqn = "iqn.2024-01.io.pathmend.lab:e2e-recreated"
-	v := stageServedISCSIOn(t, l, iqn, "e2e-recreated", []string{noActionPortalA}, "--heal=observe", "--no-multipathd")
-	s := v.session(t, noActionPortalA)
+	const id = "vol-e2e-recreated"
+	lioTarget(t, l, iqn, "e2e-recreated", "", "", "127.0.0.1")
+	l.sh(t, "multipathd_stop")
+	conn := startPathmend(t, l, "lab-node", "--heal=observe", "--monitor-interval=1s", "--no-multipathd")
+	node := csi.NewNodeClient(conn)
+	sys := sysfs.New("/sys")
+	dir := t.TempDir()
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "pod", "vol")
+	os.MkdirAll(staging, 0o750)
+	unmountOnCleanup(t, staging)
+	unmountOnCleanup(t, target)
+	vctx := map[string]string{"transport": "iscsi", "iqn": iqn, "portals": noActionPortalA, "lun": "0"}
+	stage := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		_, err := node.NodeStageVolume(ctx, stageReq(id, staging, vctx))
+		return err
+	}
+	rpc(t, "NodeStageVolume", func(context.Context) error { return stage() })
+	publish(t, node, id, staging, target)
+	pattern := bytes.Repeat([]byte("before-the-disk-was-recreated-"), 4096)
+	if err := writeSync(filepath.Join(target, "pattern"), pattern); err != nil {
+		t.Fatal(err)
+	}
+	s, ok := sessionTo(t, sys, iqn, noActionPortalA)
 	lun, _ := s.LUN(0)
+	if !ok || lun.Disk == "" {
+		t.Fatalf("no disk of LUN 0 on %+v", s)
+	}
 	oldDisk, oldDev := lun.Disk, devOf(t, lun.Disk)
 	l.sh(t, fmt.Sprintf("iscsiadm -m node -T %[1]s -p %[2]s -u && iscsiadm -m node -T %[1]s -p %[2]s --login", iqn, noActionPortalA))
 	var newDisk string
 	eventually(t, 30*time.Second, "the LUN's new disk", func() bool {
-		s, ok := sessionTo(t, v.sys, iqn, noActionPortalA)
+		s, ok := sessionTo(t, sys, iqn, noActionPortalA)
 		if !ok || !s.State.LoggedIn() {
 			return false
 		}
@@ -580,26 +609,21 @@ func TestISCSI_ALUNWhoseDiskWasRecreatedIsReportedAndRestaged(t *testing.T) {
 	if newDev == oldDev {
 		t.Fatalf("the LUN came back as the same device %s", newDev)
 	}
-	msg := replacedHealth(t, v.node, "vol-e2e-recreated")
-	t.Logf("INACCESSIBLE StagedDeviceReplaced: %s", msg)
-	staging := filepath.Join(v.dir, "staging")
-	vctx := map[string]string{"transport": "iscsi", "iqn": iqn, "portals": noActionPortalA, "lun": "0"}
-	stage := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		_, err := v.node.NodeStageVolume(ctx, stageReq("vol-e2e-recreated", staging, vctx))
-		return err
-	}
+	t.Logf("INACCESSIBLE StagedDeviceReplaced: %s", replacedHealth(t, node, id))
 	if st, _ := status.FromError(stage()); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "restart the pods") {
 		t.Fatalf("NodeStage retried while published: %v", st)
 	}
-	unpublish(t, v.node, "vol-e2e-recreated", v.target)
+	unpublish(t, node, id, target)
 	rpc(t, "NodeStageVolume (restage)", func(context.Context) error { return stage() })
 	got, err := os.ReadFile(filepath.Join(staging, "pattern"))
-	if err != nil || !bytes.Equal(got, v.pattern) {
+	if err != nil || !bytes.Equal(got, pattern) {
 		t.Fatalf("pattern after the restage: %d bytes, %v", len(got), err)
 	}
-	if hs := volumeHealth(t, v.node, "vol-e2e-recreated"); len(hs) != 0 {
+	if hs := volumeHealth(t, node, id); len(hs) != 0 {
 		t.Errorf("health after the restage: %v", hs)
 	}
+	rpc(t, "NodeUnstageVolume", func(ctx context.Context) error {
+		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+		return err
+	})
 }
