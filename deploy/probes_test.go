@@ -191,11 +191,14 @@ func (in install) probePort(t *testing.T, c *corev1.Container, p intstr.IntOrStr
 
 // reaches reports whether a probe to probeHost ("" is the pod IP, which is
 // the node's address on the host network) reaches a listener bound to
-// bindHost.
+// bindHost. A listener bound to "<status.hostIP>" (the flag names an
+// environment variable set from it) is on that same address.
 func reaches(probeHost, bindHost string) bool {
 	switch bindHost {
 	case "", "0.0.0.0", "::":
 		return true
+	case "<status.hostIP>":
+		return probeHost == ""
 	}
 	return probeHost == bindHost
 }

@@ -38,6 +38,7 @@ type serveConfig struct {
 	topologyKey       string
 	topologyValue     string
 	defaultFSType     string
+	kubeletRoot       string
 	shutdownTimeout   time.Duration
 
 	metricsAddress  string
@@ -70,6 +71,7 @@ func defaultServeConfig() serveConfig {
 		stateDir:        "/var/lib/pathmend",
 		heal:            string(heal.ModeRepair),
 		defaultFSType:   "ext4",
+		kubeletRoot:     "/var/lib/kubelet",
 		shutdownTimeout: 30 * time.Second,
 		monitorInterval: 3 * time.Second,
 		connectTimeout:  10 * time.Second,
@@ -100,6 +102,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.topologyKey, "topology-key", c.topologyKey, "topology segment key reported by NodeGetInfo (off when empty)")
 	fs.StringVar(&c.topologyValue, "topology-value", c.topologyValue, "topology segment value reported with --topology-key")
 	fs.StringVar(&c.defaultFSType, "default-fs-type", c.defaultFSType, "filesystem created when a volume names none: ext4, ext3 or xfs")
+	fs.StringVar(&c.kubeletRoot, "kubelet-root", c.kubeletRoot, "kubelet's root directory: every staging, target and volume path a request names must be inside it (empty: any absolute path)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight RPCs may run after SIGTERM")
 	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9809 (off when empty)")
 	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter)")
@@ -244,6 +247,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		TopologyValue:     c.topologyValue,
 		HealMode:          mode,
 		DefaultFSType:     c.defaultFSType,
+		KubeletRoot:       c.kubeletRoot,
 	}, driver.Deps{
 		SysFS:   sys,
 		Store:   store,
@@ -262,6 +266,16 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	staged.d = d // before the monitor runs
+
+	var check metrics.HealthCheck
+	if c.metricsAddress != "" {
+		var closeCheck func()
+		check, closeCheck, err = healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
+		if err != nil {
+			return err
+		}
+		defer closeCheck()
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -282,7 +296,6 @@ func serve(ctx context.Context, c serveConfig) error {
 		run("monitor", func() error { return mon.Run(ctx) })
 	}
 	if c.metricsAddress != "" {
-		check := healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
 		run("metrics", func() error { return metrics.Serve(ctx, c.metricsAddress, m, check) })
 	}
 	wg.Wait()

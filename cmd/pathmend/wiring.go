@@ -125,18 +125,23 @@ func (s *driverStaged) ReplacedStagings(ctx context.Context, recs []volume.Recor
 
 // healthCheck is /healthz: the CSI server answers Probe over its socket,
 // and the monitor finished a tick within maxAge (unless healing is off).
-func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge time.Duration) metrics.HealthCheck {
-	return func(ctx context.Context) error {
-		path, err := driver.ParseEndpoint(endpoint)
-		if err != nil {
-			return err
-		}
-		conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
+// It keeps one client connection to the socket for every check (closed by
+// the returned func), and the metrics server runs it at most once a
+// second (metrics.CachedCheck), so a flood of requests costs the plugin
+// one Probe per second: a round trip on an open connection and two system
+// calls on the state dir, no file written.
+func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge time.Duration) (metrics.HealthCheck, func(), error) {
+	path, err := driver.ParseEndpoint(endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	identity := csi.NewIdentityClient(conn)
+	check := func(ctx context.Context) error {
+		resp, err := identity.Probe(ctx, &csi.ProbeRequest{})
 		if err != nil {
 			return fmt.Errorf("CSI server does not answer: %w", err)
 		}
@@ -155,4 +160,5 @@ func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge t
 		}
 		return nil
 	}
+	return check, func() { conn.Close() }, nil
 }

@@ -1,8 +1,12 @@
 // Package driver serves pathmend's CSI Identity and Node services.
 //
-// It owns the gRPC surface: argument checks, the one volume-context parser
-// call, per-volume locks (a second RPC on a busy volume is Aborted), the one
-// error-to-status mapping (ToStatus) and the logging interceptor. It owns
+// It owns the gRPC surface: the door (door.go: every request held to the
+// CSI size limits and the path rules, --kubelet-root, before any handler),
+// argument checks, the one volume-context parser call (volume context and
+// publish context together), per-volume locks (a second RPC on a busy
+// volume is Aborted), the one error-to-status mapping (ToStatus) and the
+// logging interceptor with its redacted, bounded request dump
+// (redact.go). It owns
 // the node-side lifecycle of a volume: attach through the transport's
 // Attacher, format and mount at the staging path, bind mounts at target
 // paths, stats, condition and online expansion, and the staged-volume
@@ -25,6 +29,9 @@
 // NodeGetStorageHealth adds the node's conditions (Deps.NodeConditions).
 //
 // Invariants: every argument is validated before the host is touched; a
-// failed NodeStage leaves nothing attached that it attached; secrets never
-// reach a log line or an error.
+// request over a CSI limit reaches no handler; a failed NodeStage leaves
+// nothing attached that it attached; NodeUnpublish and NodeUnstage unmount
+// only the volume's own mounts (owner.go); secrets, and the value of every
+// credential key in any map, never reach a log line or an error; no error
+// repeats more than 64 bytes of a caller's value or key.
 package driver

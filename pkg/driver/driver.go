@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -34,6 +35,11 @@ type Config struct {
 	// DefaultFSType is formatted when a mount capability names no
 	// filesystem; ext4 when empty.
 	DefaultFSType string
+	// KubeletRoot, when set, confines every path a request carries
+	// (staging, target and volume paths) to this directory and below:
+	// kubelet's root directory, /var/lib/kubelet by default. Empty
+	// accepts any absolute path.
+	KubeletRoot string
 }
 
 // Deps are the OS seams the driver works through. main builds each exactly
@@ -87,11 +93,18 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if cfg.NodeID == "" {
 		errs = append(errs, errors.New("node ID is empty"))
 	}
+	if n := len(cfg.NodeID); n > maxNodeIDBytes {
+		errs = append(errs, fmt.Errorf("node ID is %d bytes; the CSI limit is %d", n, maxNodeIDBytes))
+	}
 	if cfg.MaxVolumesPerNode < 0 {
 		errs = append(errs, fmt.Errorf("max volumes per node %d is negative", cfg.MaxVolumesPerNode))
 	}
 	if (cfg.TopologyKey == "") != (cfg.TopologyValue == "") {
 		errs = append(errs, errors.New("topology key and value must be set together"))
+	} else if cfg.TopologyKey != "" {
+		if err := checkTopology(cfg.TopologyKey, cfg.TopologyValue); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if _, err := heal.ParseMode(string(cfg.HealMode)); err != nil {
 		errs = append(errs, err)
@@ -118,6 +131,12 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	}
 	if !supportedFSTypes[cfg.DefaultFSType] {
 		errs = append(errs, fmt.Errorf("default filesystem %q is not supported; use ext4, ext3 or xfs", cfg.DefaultFSType))
+	}
+	if cfg.KubeletRoot != "" {
+		if !filepath.IsAbs(cfg.KubeletRoot) {
+			errs = append(errs, fmt.Errorf("kubelet root %q is not an absolute path", cfg.KubeletRoot))
+		}
+		cfg.KubeletRoot = filepath.Clean(cfg.KubeletRoot)
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now

@@ -31,7 +31,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
-	vctx, secrets, err := volume.Parse(req.GetVolumeContext(), req.GetSecrets())
+	vctx, secrets, err := volume.ParseWithPublish(req.GetVolumeContext(), req.GetPublishContext(), req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,8 @@ func stageConflict(rec, want volume.Record) string {
 	case rec.FSType != want.FSType:
 		return fmt.Sprintf("staged with filesystem %s, not %s", rec.FSType, want.FSType)
 	case !slices.Equal(rec.MountFlags, want.MountFlags):
-		return fmt.Sprintf("staged with mount flags %v, not %v", rec.MountFlags, want.MountFlags)
+		// Mount flags may hold credentials (csi.proto): never repeat them.
+		return "the mount flags differ"
 	case rec.ReadOnly != want.ReadOnly:
 		return fmt.Sprintf("staged read-only=%t, not %t", rec.ReadOnly, want.ReadOnly)
 	case !rec.Context.Equal(want.Context):
@@ -226,7 +227,9 @@ func stageConflict(rec, want volume.Record) string {
 }
 
 // NodeUnstageVolume unmounts the staging path, detaches the volume and
-// removes its record. A volume that is not staged is not an error.
+// removes its record. A volume that is not staged is not an error, unless
+// something is mounted at the staging path: without a record pathmend
+// cannot tell that mount is the volume's, so it refuses and leaves it.
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
 	staging, err := volumeAndPath(volumeID, "staging_target_path", req.GetStagingTargetPath())
@@ -256,12 +259,14 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 			}
 		}
 	}
+	if !hasRecord {
+		if err := d.unstageUnrecorded(volumeID, staging); err != nil {
+			return nil, err
+		}
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
 	if err := d.unmountAll(staging); err != nil {
 		return nil, err
-	}
-	if !hasRecord {
-		klog.V(2).InfoS("Unstage of a volume with no record: nothing to detach", "volumeID", volumeID, "stagingPath", staging)
-		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
 	att, err := d.attacher(rec.Context.Transport)
 	if err != nil {

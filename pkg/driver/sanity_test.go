@@ -55,7 +55,7 @@ func TestSanity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(driver.ServerOptions()...)
+	srv := grpc.NewServer(env.driver.ServerOptions()...)
 	csi.RegisterIdentityServer(srv, sanityIdentity{env.driver})
 	csi.RegisterNodeServer(srv, env.driver)
 	csi.RegisterControllerServer(srv, ctrl)

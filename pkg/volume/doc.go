@@ -9,7 +9,10 @@
 // keys so that a typo never passes silently, skips the keys Kubernetes adds
 // under IgnoredKeyPrefix, and returns a normalized Context plus Secrets.
 // Failures are *FieldError values naming the key; the driver maps them to
-// InvalidArgument. Context.Encode renders a Context back to canonical keys
+// InvalidArgument. ParseWithPublish reads the publish context of
+// ControllerPublishVolume together with the volume context under the same
+// rules. IsCredentialKey classes the keys whose values no log may show.
+// Context.Encode renders a Context back to canonical keys
 // and Context.Equal compares two of them, which is how the driver decides
 // whether a repeated NodeStage asks for the same thing.
 //
@@ -50,4 +53,10 @@
 //   - Store.Put is atomic: after a crash a record is the old or the new one,
 //     never partial. Leftover temporary files are ignored by List.
 //   - A record is always written in the normalized form Parse returns.
+//   - Put never writes a record Get cannot read back: it refuses one larger
+//     than the read bound, with more than MaxPublications publications, or
+//     with a string that is not valid UTF-8.
+//   - Parse's work is linear in its input: endpoint lists are counted
+//     (MaxEndpoints) before any item is parsed, and repeats found through a
+//     set; no error repeats more than 64 bytes of a value or a key.
 package volume

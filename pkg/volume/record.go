@@ -60,6 +60,12 @@ type Record struct {
 	Publications []Publication `json:"publications,omitempty"`
 }
 
+// MaxPublications bounds the target paths one staged volume may be
+// published at on one node: one per pod using it, and kubelet runs 110
+// pods per node by default. The bound keeps every record within what the
+// store reads back.
+const MaxPublications = 256
+
 // Publication is one bind mount of a staged volume at a target path.
 type Publication struct {
 	// TargetPath is the publish target path given by kubelet.
@@ -90,16 +96,30 @@ func (r Record) check() error {
 	default:
 		return fmt.Errorf("volume %q: unknown access type %q", r.VolumeID, r.AccessType)
 	}
+	if len(r.Publications) > MaxPublications {
+		return fmt.Errorf("volume %q: %d publications; at most %d", r.VolumeID, len(r.Publications), MaxPublications)
+	}
+	// The same JSON replacement would make a path read back as another.
+	for _, p := range append([]string{r.StagingPath, r.Device, r.FSType}, r.MountFlags...) {
+		if !utf8.ValidString(p) {
+			return fmt.Errorf("volume %q: %q is not valid UTF-8", r.VolumeID, p)
+		}
+	}
+	// A map keeps the check linear in the number of publications.
+	seen := make(map[string]bool, len(r.Publications))
 	for i, p := range r.Publications {
 		if p.TargetPath == "" {
 			return fmt.Errorf("volume %q: publication %d has no target path", r.VolumeID, i)
 		}
-		for _, q := range r.Publications[:i] {
-			if q.TargetPath == p.TargetPath {
-				return fmt.Errorf("volume %q: target path %s is published twice", r.VolumeID, p.TargetPath)
-			}
+		if !utf8.ValidString(p.TargetPath) {
+			return fmt.Errorf("volume %q: target path %q is not valid UTF-8", r.VolumeID, p.TargetPath)
 		}
+		if seen[p.TargetPath] {
+			return fmt.Errorf("volume %q: target path %s is published twice", r.VolumeID, p.TargetPath)
+		}
+		seen[p.TargetPath] = true
 	}
+
 	// A record must hold a context exactly as Parse returns it, so that
 	// comparing it with a freshly parsed request is meaningful.
 	c, _, err := Parse(r.Context.Encode(), nil)

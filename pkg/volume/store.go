@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -26,8 +29,13 @@ const (
 	// that is not a record name, so a crash that leaves one behind hides no
 	// record and corrupts none.
 	tmpPrefix = ".tmp-"
-	// maxRecordSize bounds one read; a real record is a few hundred bytes.
-	maxRecordSize = 1 << 20
+	// maxRecordSize bounds one read, and Put refuses to write a record
+	// larger than that, so a record can never be written that Get cannot
+	// read back. A real record is about a kilobyte; the largest one the
+	// driver's request limits admit (CSI's 128-byte volume ID, 4 KiB maps
+	// and mount flags, 4096-byte paths, MaxPublications publications, every
+	// path character escaped) is about 2.2 MiB.
+	maxRecordSize = 4 << 20
 )
 
 // Store keeps one Record per staged volume as a JSON file on disk. It has no
@@ -68,23 +76,41 @@ func (s *Store) Dir() string { return s.dir }
 // The record is written with Version RecordVersion. Put rejects a
 // record without VolumeID (or not valid UTF-8), with an unknown AccessType,
 // with file system settings on a block volume, with an empty or repeated
-// publication target path, or whose Context Parse would not have produced.
+// publication target path or more than MaxPublications of them, with a
+// path that is not valid UTF-8, whose Context Parse would not have
+// produced, or whose encoding is larger than Get reads.
 func (s *Store) Put(r Record) error {
 	if err := r.check(); err != nil {
 		return fmt.Errorf("put staged-volume record: %w", err)
 	}
 	r.Version = RecordVersion
-	data, err := json.MarshalIndent(r, "", "  ")
+	data, err := encodeRecord(r)
 	if err != nil {
 		return fmt.Errorf("put staged-volume record %q: encode: %w", r.VolumeID, err)
 	}
-	data = append(data, '\n')
+	if len(data) > maxRecordSize {
+		return fmt.Errorf("put staged-volume record %q: encodes to %d bytes; the store reads at most %d", r.VolumeID, len(data), maxRecordSize)
+	}
 
 	name := recordName(r.VolumeID)
 	if err := s.writeAtomic(name, data); err != nil {
 		return fmt.Errorf("put staged-volume record %q: %w", r.VolumeID, err)
 	}
 	return nil
+}
+
+// encodeRecord renders a record as indented JSON with a final newline.
+// HTML escaping is off: it would spell each '<', '>' and '&' of a path in
+// six bytes, for no reader that needs it.
+func encodeRecord(r Record) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 func (s *Store) writeAtomic(name string, data []byte) error {
@@ -241,29 +267,28 @@ func (s *Store) List() ([]Record, error) {
 	return records, errors.Join(errs...)
 }
 
-// Writable checks that records can be written, for the Probe RPC: it
-// creates, writes, fsyncs and removes a probe file in the records
-// directory. A read-only or full file system fails here rather than in the
-// middle of NodeStage.
-func (s *Store) Writable() (err error) {
-	f, err := os.CreateTemp(s.records, tmpPrefix+"probe-*")
-	if err != nil {
-		return fmt.Errorf("staged-volume store not writable: %w", err)
+// Writable checks that records can be written, for the Probe RPC and
+// /healthz, without writing: the records directory must be writable by
+// this process (access(2) W_OK, which also fails on a read-only mount) and
+// its file system must have a free block and, where it counts inodes, a
+// free inode. It creates no file, so a probe every second costs two
+// system calls; a disk that fails its writes shows in the next Put, which
+// NodeStage reports.
+func (s *Store) Writable() error {
+	if err := unix.Access(s.records, unix.W_OK); err != nil {
+		return fmt.Errorf("staged-volume store not writable: %s: %w", s.records, err)
 	}
-	defer func() {
-		if rerr := os.Remove(f.Name()); rerr != nil && err == nil {
-			err = fmt.Errorf("staged-volume store not writable: %w", rerr)
-		}
-	}()
-	_, werr := f.Write([]byte("probe\n"))
-	if werr == nil {
-		werr = f.Sync()
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.records, &st); err != nil {
+		return fmt.Errorf("staged-volume store not writable: statfs %s: %w", s.records, err)
 	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return fmt.Errorf("staged-volume store not writable: %w", werr)
+	switch {
+	case st.Flags&unix.ST_RDONLY != 0:
+		return fmt.Errorf("staged-volume store not writable: %s is on a read-only file system", s.records)
+	case st.Bfree == 0:
+		return fmt.Errorf("staged-volume store not writable: the file system of %s is full", s.records)
+	case st.Files > 0 && st.Ffree == 0:
+		return fmt.Errorf("staged-volume store not writable: the file system of %s has no free inode", s.records)
 	}
 	return nil
 }

@@ -82,7 +82,7 @@ lab_nvme_heal() {
 	step "Starting pathmend serve (heal=repair, monitor 1s, heal grace $grace, cooldown $cooldown) on unix://$dir/csi.sock"
 	mkdir -p "$dir/state"
 	"$LAB_BIN/pathmend" serve --endpoint "unix://$dir/csi.sock" --node-id pathmend-lab \
-		--sys-root /sys --dev-root /dev --state-dir "$dir/state" --heal=repair -v=4 \
+		--sys-root /sys --dev-root /dev --state-dir "$dir/state" --kubelet-root "$dir" --heal=repair -v=4 \
 		--monitor-interval=1s --heal-grace="$grace" --heal-cooldown="$cooldown" >"$log" 2>&1 &
 	PM=$! # lab.sh's exit trap stops it
 	"$LAB_BIN/csiprobe" -endpoint "unix://$dir/csi.sock" -wait 30s >/dev/null
