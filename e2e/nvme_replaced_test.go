@@ -277,11 +277,15 @@ func TestNVMe_AllPathsGivenUpComesBackAsANewHead(t *testing.T) {
 		return err
 	}
 	rpc(t, "NodeStageVolume", func(context.Context) error { return stage() })
-	if w := withMsg(readLog(t, logPath), "Volume context sets a short ctrlLossTmo"); len(w) != 1 {
+	var w []logLine
+	eventually(t, 15*time.Second, "the warning about the short ctrlLossTmo (klog flushes every 5 s)", func() bool {
+		w = withMsg(readLog(t, logPath), "Volume context sets a short ctrlLossTmo")
+		return len(w) > 0
+	})
+	if len(w) != 1 {
 		t.Errorf("want one warning about the short ctrlLossTmo, got %d", len(w))
-	} else {
-		t.Logf("warning: %s", w[0].Raw)
 	}
+	t.Logf("warning: %s", w[0].Raw)
 	pattern := bytes.Repeat([]byte("before-every-path-was-lost-"), 4096)
 	if err := writeSync(filepath.Join(staging, "pattern"), pattern); err != nil {
 		t.Fatal(err)
@@ -383,9 +387,9 @@ func TestNVMe_DefaultTimeoutsKeepTheHeadThroughAnOutage(t *testing.T) {
 	for _, c := range ctrls {
 		t.Logf("aligned on the live controller: %s %s", c, attrs(c))
 	}
-	if n := len(withMsg(readLog(t, logPath), "Aligned a timeout with the staged volumes")); n != 6 {
-		t.Errorf("%d alignment lines, want 6 (3 attributes × 2 controllers)", n)
-	}
+	eventually(t, 15*time.Second, "6 alignment lines, 3 attributes × 2 controllers (klog flushes every 5 s)", func() bool {
+		return len(withMsg(readLog(t, logPath), "Aligned a timeout with the staged volumes")) == 6
+	})
 	head, _, _ := headOf(t, nqn, 1)
 	dev := devOf(t, head)
 	if _, ok, _ := fsys.ReadOptionalAttr("block/" + head + "/delayed_removal_secs"); ok {
@@ -519,11 +523,14 @@ nqnproxy_start 127.0.0.3:4421 127.0.0.1:4421 %[1]q %[1]q %[2]q`, nqn, hold))
 		return ok
 	})
 	var cured logLine
-	for _, v := range verdicts(readLog(t, logPath), nqn) {
-		if v.KV["verdict"] == "repaired" {
-			cured = v
+	eventually(t, 15*time.Second, "the repaired verdict line (klog flushes every 5 s)", func() bool {
+		for _, v := range verdicts(readLog(t, logPath), nqn) {
+			if v.KV["verdict"] == "repaired" {
+				cured = v
+			}
 		}
-	}
+		return cured.Raw != ""
+	})
 	t.Logf("namespace 2 back as %s (was %s) %s after the enable; verdict: %s", head, oldHead, time.Since(enabled).Round(100*time.Millisecond), cured.Raw)
 	if !strings.HasPrefix(cured.KV["reason"], "rescan ") || !strings.Contains(cured.KV["reason"], "nothing torn down") {
 		t.Errorf("no repaired verdict by the rescan: %s", cured.Raw)

@@ -285,12 +285,13 @@ func (p *Policy) prune() {
 func (p *Policy) log(o Outcome) {
 	d := o.Defect
 	// A deferral or refusal is logged once while it stays the same; one
-	// whose first step just ran is news (the step is logged with it).
-	if (o.Verdict == Deferred || o.Verdict == Refused) && o.FirstStep == "" {
+	// whose first step just ran is news (the step is logged with it), and
+	// the ticks after it repeat it no more than before.
+	if o.Verdict == Deferred || o.Verdict == Refused {
 		what := string(o.Verdict) + ":" + reasonClass(o.Reason)
 		p.mu.Lock()
 		m, seen := p.logged[d.Key]
-		if seen && m.what == what {
+		if seen && m.what == what && o.FirstStep == "" {
 			p.mu.Unlock()
 			return
 		}

@@ -439,6 +439,9 @@ func TestHeal_FirstStepRunsWhateverTheCoTenantGateSays(t *testing.T) {
 	if n := strings.Count(logs, `firstStep="rescan nvme0, nvme1: the defect remains"`); n != 3 {
 		t.Errorf("%d refusal lines name the rescan, want one per rescan (3):\n%s", n, logs)
 	}
+	if n := strings.Count(logs, `verdict="refused"`); n != 3 {
+		t.Errorf("%d refusal lines in 130 ticks, want only the 3 that name a rescan:\n%s", n, logs)
+	}
 	if !strings.Contains(logs, `verdict="refused"`) || !strings.Contains(logs, `reason="would leave co-tenants with no accessible path: nvme-subsys0 nsid 1 (nvme0n1)"`) {
 		t.Errorf("the refusal line does not say what was refused:\n%s", logs)
 	}
