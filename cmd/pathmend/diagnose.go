@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -36,19 +35,45 @@ const (
 	diagnoseError   = 2
 )
 
-// runDiagnose is `pathmend diagnose`: one read of sysfs (NVMe and iSCSI),
-// the diagnosis of each, and a report. It reads only; it writes nothing and starts no process.
-func runDiagnose(args []string, stdout, stderr io.Writer) int {
-	return diagnose(args, stdout, stderr, time.Now)
+func diagnoseCommand() *command {
+	return &command{
+		name:    "diagnose",
+		summary: "Report the node's NVMe and iSCSI paths and defects, read-only",
+		synopsis: []string{
+			"diagnose [--sys-root DIR] [--state-dir DIR] [--mountinfo FILE] [--json]",
+			"diagnose --plan [--heal-grace D] [--heal-max-scope S] [--heal-iscsi-scope S] [--iscsi-stuck-threshold D] [...]",
+		},
+		description: `Read the node's NVMe and iSCSI state from sysfs once and print it: NVMe
+subsystems, controllers, namespaces and ANA legs; iSCSI sessions, LUNs, disks
+and multipath maps; the staged volumes; and every defect the monitor would
+see, a staged volume whose mount is on a device the kernel replaced
+included. --plan adds what the heal policy would do right now, as a dry run.
+diagnose only reads: it writes nothing, connects nothing and starts no
+process, so it is safe on a production node. The JSON schema is in
+docs/diagnose.md.`,
+		groups: []flagGroup{
+			{"Report flags", []string{"sys-root", "state-dir", "mountinfo", "json"}},
+			{"Plan flags (a dry run: no action, ever)", []string{"plan", "heal-grace", "heal-max-scope", "heal-iscsi-scope", "iscsi-stuck-threshold"}},
+		},
+		exitCodes: []exitCode{
+			{diagnoseHealthy, "healthy: no defect"},
+			{diagnoseDefects, "at least one defect; the report lists them"},
+			{diagnoseError, "error: bad usage, --sys-root missing or not a sysfs tree (no class/ or devices/), an unreadable attribute or staged-volume record; nothing on stdout"},
+		},
+		run: func(c *command, args []string, stdout, stderr io.Writer) int {
+			return diagnose(args, stdout, stderr, time.Now)
+		},
+	}
 }
 
-// diagnose is runDiagnose with an injected clock (ages are relative to
-// now()). Flags are parsed into locals: there is no state to share with
-// serve.
+// diagnose is `pathmend diagnose`: one read of sysfs (NVMe and iSCSI),
+// the diagnosis of each, and a report. It reads only; it writes nothing
+// and starts no process. now is the clock ages are relative to. Flags
+// are parsed into locals: there is no state to share with serve.
 func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int {
-	fl := flag.NewFlagSet("diagnose", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	sysRoot := fl.String("sys-root", "/sys", "root of the sysfs tree to read")
+	c := diagnoseCommand()
+	fl := c.newFlagSet()
+	sysRoot := fl.String("sys-root", "/sys", "root of the sysfs tree to read; must hold class/ and devices/")
 	stateDir := fl.String("state-dir", "/var/lib/pathmend", "directory of the staged-volume records (empty: none)")
 	mountInfo := fl.String("mountinfo", "/proc/self/mountinfo", "mount table with device numbers, to tell whether staged volumes are still on their devices (empty: do not check)")
 	asJSON := fl.Bool("json", false, "print the report as JSON (docs/diagnose.md)")
@@ -57,17 +82,17 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	maxScope := fl.String("heal-max-scope", "subsystem", "with --plan: the widest teardown allowed (controller or subsystem)")
 	iscsiScope := fl.String("heal-iscsi-scope", string(iscsi.HealStaged), "with --plan: iSCSI sessions the heal may kick (staged or all)")
 	iscsiThreshold := fl.Duration("iscsi-stuck-threshold", iscsi.DefaultThreshold, "with --plan: how long a session must be down, its portal reachable, before the heal kicks it")
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return diagnoseHealthy
+	if code, done := c.parse(fl, args, stdout, stderr); done {
+		if code != 0 {
+			return diagnoseError
 		}
-		return diagnoseError
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "pathmend diagnose: unexpected arguments %q\n", fl.Args())
-		return diagnoseError
+		return diagnoseHealthy
 	}
 	sys := sysfs.New(*sysRoot)
+	if err := sys.CheckRoot(); err != nil {
+		fmt.Fprintf(stderr, "pathmend diagnose: --sys-root: %v\n", err)
+		return diagnoseError
+	}
 	h, err := nvme.Read(sys)
 	if err != nil {
 		fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)

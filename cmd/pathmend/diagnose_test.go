@@ -194,11 +194,6 @@ func TestRun_Diagnose(t *testing.T) {
 	if code != 0 || !strings.Contains(out.String(), "No defects.") {
 		t.Errorf("run diagnose: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
-	out.Reset()
-	run([]string{"help"}, &out, &errb)
-	if !strings.Contains(out.String(), "pathmend diagnose") {
-		t.Errorf("usage does not mention diagnose:\n%s", out.String())
-	}
 }
 
 // checkGolden compares got with the golden file at path; -update rewrites

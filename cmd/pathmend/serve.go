@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -61,10 +60,8 @@ type serveConfig struct {
 }
 
 func defaultServeConfig() serveConfig {
-	host, _ := os.Hostname()
 	return serveConfig{
 		endpoint:        "unix:///csi/csi.sock",
-		nodeID:          host,
 		driverName:      "csi.pathmend.io",
 		sysRoot:         "/sys",
 		devRoot:         "/dev",
@@ -92,7 +89,7 @@ func defaultServeConfig() serveConfig {
 
 func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.endpoint, "endpoint", c.endpoint, "CSI endpoint (unix socket) kubelet connects to")
-	fs.StringVar(&c.nodeID, "node-id", c.nodeID, "node ID reported by NodeGetInfo (default: the hostname)")
+	fs.StringVar(&c.nodeID, "node-id", c.nodeID, "node ID reported by NodeGetInfo (default: the node's hostname, read when serve starts)")
 	fs.StringVar(&c.driverName, "driver-name", c.driverName, "CSI driver name")
 	fs.StringVar(&c.sysRoot, "sys-root", c.sysRoot, "root of the sysfs tree kernel state is read from")
 	fs.StringVar(&c.devRoot, "dev-root", c.devRoot, "root of the device tree (nvme-fabrics, block devices)")
@@ -104,7 +101,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.defaultFSType, "default-fs-type", c.defaultFSType, "filesystem created when a volume names none: ext4, ext3 or xfs")
 	fs.StringVar(&c.kubeletRoot, "kubelet-root", c.kubeletRoot, "kubelet's root directory: every staging, target and volume path a request names must be inside it (empty: any absolute path)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight RPCs may run after SIGTERM")
-	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9809 (off when empty)")
+	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9811 (off when empty)")
 	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", c.connectTimeout, "bound of one NVMe-oF connect")
 	fs.DurationVar(&c.backoffMax, "reconnect-backoff-max", c.backoffMax, "longest wait between reconnects of an NVMe-oF endpoint whose probe gets no answer or whose connect fails (refusals are retried every tick)")
@@ -228,7 +225,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	staged := &driverStaged{}
-	sessions := &sessionHeal{healer: healer, sys: sys, metrics: m}
+	sessions := newSessionHeal(healer, sys, m)
 	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout, BackoffMax: c.backoffMax}, monitor.Deps{
 		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
 		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,

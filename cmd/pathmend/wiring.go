@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -23,23 +24,31 @@ import (
 )
 
 // sessionHeal runs the iSCSI session heal in the monitor's tick: one read
-// of the iSCSI sysfs state, the healer's decisions, every decided verdict
-// in pathmend_repairs_total (as the NVMe heal's: kind SessionDown, scope
-// controller) and the recovery counters for every kick whose outcome is
-// known.
+// of the iSCSI sysfs state (through one Reader kept across ticks, which
+// reads what cannot change once per session), the healer's decisions,
+// every decided verdict in pathmend_repairs_total (as the NVMe heal's:
+// kind SessionDown, scope controller) and the recovery counters for every
+// kick whose outcome is known.
 type sessionHeal struct {
 	healer  *iscsi.SessionHealer
-	sys     sysfs.FS
+	reader  *iscsi.Reader
 	metrics *metrics.Metrics
 
+	sys sysfs.FS
+
 	// last are the iSCSI node conditions of the last tick, for
-	// NodeGetStorageHealth.
+	// NodeGetStorageHealth; snap is its read, for CurrentDevices.
 	mu   sync.Mutex
 	last []volume.Condition
+	snap *iscsi.Snapshot
+}
+
+func newSessionHeal(healer *iscsi.SessionHealer, sys sysfs.FS, m *metrics.Metrics) *sessionHeal {
+	return &sessionHeal{healer: healer, reader: iscsi.NewReader(sys), metrics: m, sys: sys}
 }
 
 func (s *sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
-	snap, err := iscsi.Read(s.sys, time.Now())
+	snap, err := s.reader.Read(time.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
 		return
@@ -48,7 +57,7 @@ func (s *sessionHeal) Tick(ctx context.Context, records []volume.Record, records
 	var outcomes []heal.Outcome
 	reports := s.healer.Tick(ctx, snap, records, recordsErr)
 	s.mu.Lock()
-	s.last = iscsi.NodeConditions(reports)
+	s.last, s.snap = iscsi.NodeConditions(reports), snap
 	s.mu.Unlock()
 	for _, r := range reports {
 		// Every session seen down counts, in scope or not, as in
@@ -62,7 +71,7 @@ func (s *sessionHeal) Tick(ctx context.Context, records []volume.Record, records
 		}
 		outcomes = append(outcomes, heal.Outcome{
 			Defect:  heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
-			Verdict: r.Verdict, Reason: r.Reason, Err: r.Err,
+			Verdict: r.Verdict, Reason: r.Reason, Class: r.Class, Err: r.Err,
 		})
 		switch r.Verdict {
 		case heal.Repaired:
@@ -73,6 +82,26 @@ func (s *sessionHeal) Tick(ctx context.Context, records []volume.Record, records
 	}
 	s.metrics.SetDefects(string(volume.TransportISCSI), counts)
 	s.metrics.ObserveOutcomes(string(volume.TransportISCSI), outcomes)
+}
+
+// CurrentDevices returns, from the last tick's read, the block devices
+// the LUN of each staged iSCSI volume in recs has (its disks and the map
+// over them), by volume ID, for the monitor's staged-device check.
+func (s *sessionHeal) CurrentDevices(recs []volume.Record) map[string][]volume.BlockDevice {
+	s.mu.Lock()
+	snap := s.snap
+	s.mu.Unlock()
+	out := map[string][]volume.BlockDevice{}
+	if snap == nil {
+		return out
+	}
+	m := iscsi.NewPortalMatcher(context.Background(), net.DefaultResolver)
+	for _, r := range recs {
+		if r.Context.ISCSI != nil {
+			out[r.VolumeID] = iscsi.CurrentDevices(s.sys, snap, m, r.Context.ISCSI)
+		}
+	}
+	return out
 }
 
 // conditions are the iSCSI node conditions of the last tick.
@@ -119,8 +148,8 @@ type driverStaged struct {
 	d *driver.Driver
 }
 
-func (s *driverStaged) ReplacedStagings(ctx context.Context, recs []volume.Record) (map[string]volume.Condition, error) {
-	return s.d.ReplacedStagings(ctx, recs)
+func (s *driverStaged) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
+	return s.d.StagedDevices(recs)
 }
 
 // healthCheck is /healthz: the CSI server answers Probe over its socket,

@@ -17,6 +17,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/internal/looptest"
+	"github.com/pathmend/pathmend/internal/testneed"
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -26,14 +27,9 @@ import (
 // requireMounts skips a test that needs root, loop devices and mkfs.
 func requireMounts(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for loop devices and mounts")
-	}
-	for _, tool := range []string{"losetup", "mkfs.ext4", "mkfs.xfs", "mount", "umount", "blkid"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
+	testneed.Root(t, "loop devices and mounts")
+	testneed.Tools(t, map[string]string{"losetup": "mount", "mkfs.ext4": "e2fsprogs", "mkfs.xfs": "xfsprogs", "mount": "mount", "umount": "mount", "blkid": "util-linux"},
+		"losetup", "mkfs.ext4", "mkfs.xfs", "mount", "umount", "blkid")
 }
 
 // testEnv is a real driver on real mounts with the loop attacher.

@@ -83,24 +83,20 @@ func (d *Driver) replaced(ctx context.Context, rec volume.Record, att Attacher) 
 	return d.replacedCondition(rec, mounts, att.Health(ctx, rec))
 }
 
-// ReplacedStagings reports, of the staged volumes recs, those whose
-// staged device is no longer their device, with the condition that says
-// so, keyed by volume ID. It reads the mount table once and each volume's
-// health from its transport. The monitor calls it every tick for the
-// pathmend_volume_staged_device_replaced metric.
-func (d *Driver) ReplacedStagings(ctx context.Context, recs []volume.Record) (map[string]Condition, error) {
+// StagedDevices returns the device the users of each staged volume in
+// recs hold, by volume ID, reading the mount table once (and the device
+// node of each block volume's publication); a volume whose staged device
+// is unknown is left out. The monitor compares them with the devices it
+// reads for the volumes every tick (pathmend_volume_staged_device_replaced).
+func (d *Driver) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
 	mounts, err := d.mounts()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]Condition{}
+	out := make(map[string]volume.StagedDevice, len(recs))
 	for _, rec := range recs {
-		att, err := d.attacher(rec.Context.Transport)
-		if err != nil {
-			continue
-		}
-		if c, ok := d.replacedCondition(rec, mounts, att.Health(ctx, rec)); ok {
-			out[rec.VolumeID] = c
+		if s, ok := stagedDevice(rec, mounts); ok {
+			out[rec.VolumeID] = s
 		}
 	}
 	return out, nil

@@ -150,8 +150,10 @@ type Report struct {
 	Verdict heal.Verdict
 	// Kick is the kick chosen (or run, or awaited).
 	Kick Kick
-	// Reason explains the verdict.
+	// Reason explains the verdict; Class is its bounded form (the
+	// metric's reason label), set with every Verdict.
 	Reason string
+	Class  heal.Class
 	// Owed is set on the report of a node record pathmend logged out
 	// whose login has not succeeded since: nothing else logs it in again
 	// (iscsid retries sessions, not absent ones), so the heal keeps

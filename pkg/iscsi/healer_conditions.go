@@ -77,13 +77,12 @@ func stuckSession(r Report) string {
 		return ""
 	}
 	what := fmt.Sprintf("%s to %s at %s (%s for %s)", r.sessionLabel(), r.Node.Target, r.Node.Portal, r.State, heal.RoundDuration(r.DownFor))
-	class := heal.ReasonClass(r.Reason)
 	switch {
-	case r.Verdict == heal.Refused && class == "login rejected by the target":
+	case r.Verdict == heal.Refused && r.Class == heal.ClassLoginRejected:
 		return what + ": the target rejects the login: fix its CHAP credentials or ACL for this node's initiator name; pathmend does not retry a rejected login"
-	case r.Verdict == heal.Refused && class == "out of scope":
+	case r.Verdict == heal.Refused && r.Class == heal.ClassOutOfScope:
 		return what + ": no staged volume uses the target, so pathmend does not kick it: log it in or out by hand, or run pathmend with --heal-iscsi-scope=all"
-	case r.Verdict == heal.Deferred && class == "restart cooldown":
+	case r.Verdict == heal.Deferred && r.Class == heal.ClassRestartCooldown:
 		return what + ": it is the last path of a device in use and iscsid was restarted recently; pathmend restarts iscsid at most once per --iscsid-restart-cooldown: restart iscsid by hand if the volume cannot wait"
 	case r.Owed && r.Verdict == heal.Failed:
 		return what + ": pathmend logged the session out and its login failed (" + r.Reason + "); it logs in again once per --heal-cooldown: check the target"

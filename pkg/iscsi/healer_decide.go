@@ -40,7 +40,7 @@ func (h *SessionHealer) decide(ctx context.Context, snap *Snapshot, recs []volum
 	}
 	if kickedNow {
 		for _, r := range restarts {
-			r.Verdict, r.Reason = heal.Deferred, "narrowest first: another kick ran this tick; restart decided on fresh state next tick"
+			r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassNarrowestFirst, "narrowest first: another kick ran this tick; restart decided on fresh state next tick"
 			h.logVerdict(*r)
 		}
 		return
@@ -68,13 +68,13 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 		return
 	}
 	if !r.InScope {
-		r.Verdict, r.Reason = heal.Refused, fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", r.Node.Target, h.cfg.Scope)
+		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassOutOfScope, fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", r.Node.Target, h.cfg.Scope)
 		return
 	}
 	// (c) The target refused our own login: kicking again cannot fix
 	// credentials or ACLs, and would hammer the target.
 	if err := h.rejected[key]; err != nil {
-		r.Verdict, r.Reason = heal.Refused, "login rejected by the target: "+err.Error()
+		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassLoginRejected, "login rejected by the target: "+err.Error()
 		return
 	}
 	// iscsid retries an unreachable portal forever by itself; no kick can
@@ -87,14 +87,14 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 		// Without a session iscsid has nothing to retry: the login waits
 		// for the portal, and is pathmend's to make.
 		if r.State == SessionAbsent {
-			r.Verdict, r.Reason = heal.Deferred, "portal unreachable: "+why+"; no session for iscsid to retry: pathmend logs in once the portal answers"
+			r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassAwaitingPortal, "portal unreachable: "+why+"; no session for iscsid to retry: pathmend logs in once the portal answers"
 			return
 		}
-		r.Verdict, r.Reason = heal.Refused, "portal unreachable: "+why+"; iscsid retries by itself"
+		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassPortalUnreachable, "portal unreachable: "+why+"; iscsid retries by itself"
 		return
 	}
 	if r.ReachableFor < th && !r.Owed {
-		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("reachability: portal reachable for %s of the %s required without interruption", heal.RoundDuration(r.ReachableFor), th)
+		r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassReachability, fmt.Sprintf("reachability: portal reachable for %s of the %s required without interruption", heal.RoundDuration(r.ReachableFor), th)
 		return
 	}
 	// The ladder, narrowest first: log in an absent session; log out and in
@@ -113,15 +113,15 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 	// record.
 	if r.Kick == KickRestart {
 		if left, ago := h.restart.Left(restartKey); left > 0 {
-			r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("restart cooldown: iscsid restarted %s ago, %s left; %s", heal.RoundDuration(ago), heal.RoundDuration(left), why)
+			r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassRestartCooldown, fmt.Sprintf("restart cooldown: iscsid restarted %s ago, %s left; %s", heal.RoundDuration(ago), heal.RoundDuration(left), why)
 			return
 		}
 	} else if left, ago := h.kicked.Left(r.Node.HealKey()); left > 0 {
-		r.Verdict, r.Reason = heal.Deferred, fmt.Sprintf("cooldown: kicked %s ago, %s left", heal.RoundDuration(ago), heal.RoundDuration(left))
+		r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassCooldown, fmt.Sprintf("cooldown: kicked %s ago, %s left", heal.RoundDuration(ago), heal.RoundDuration(left))
 		return
 	}
 	if h.cfg.Mode == heal.ModeObserve {
-		r.Verdict, r.Reason = heal.Observed, "observe mode: would "+string(r.Kick)+"; "+why
+		r.Verdict, r.Class, r.Reason = heal.Observed, heal.ClassObserveMode, "observe mode: would "+string(r.Kick)+"; "+why
 		return
 	}
 	r.Verdict, r.Reason = heal.Repaired, why
@@ -182,7 +182,7 @@ func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 	// decides again.
 	if errors.Is(err, ErrInFlight) {
 		for _, r := range rs {
-			r.Verdict, r.Reason = heal.Deferred, "in flight: a login or logout is running; iscsid is not restarted under it"
+			r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassInFlight, "in flight: a login or logout is running; iscsid is not restarted under it"
 			h.logVerdict(*r)
 		}
 		return
@@ -204,7 +204,7 @@ func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 // counted from start.
 func (h *SessionHealer) settle(r *Report, err error, start time.Time) {
 	if err != nil {
-		r.Verdict, r.Err = heal.Failed, err
+		r.Verdict, r.Class, r.Err = heal.Failed, heal.ClassKickFailed, err
 		r.Reason = string(r.Kick) + " failed; chosen because " + r.Reason
 		if r.Owed {
 			r.Reason += "; pathmend logs it in again after the cooldown"
@@ -222,7 +222,7 @@ func (h *SessionHealer) settle(r *Report, err error, start time.Time) {
 func (h *SessionHealer) logVerdict(r Report) {
 	switch r.Verdict {
 	case heal.Refused, heal.Deferred, heal.Observed:
-		what := string(r.Verdict) + ":" + string(r.Kick) + ":" + heal.ReasonClass(r.Reason)
+		what := string(r.Verdict) + ":" + string(r.Kick) + ":" + string(r.Class)
 		if !h.gate.Should(r.Node.key(), what) {
 			return
 		}

@@ -84,6 +84,7 @@ func (p *fakeProber) Probe(_ context.Context, ep volume.Endpoint) Reachability {
 
 // rig is a healer on a fake clock with fake mechanism and prober.
 type rig struct {
+	t      *testing.T
 	h      *SessionHealer
 	clk    *clocktesting.FakeClock
 	kicker *fakeKicker
@@ -92,7 +93,7 @@ type rig struct {
 
 func newRig(t *testing.T, mod func(*HealerConfig)) *rig {
 	t.Helper()
-	r := &rig{clk: clocktesting.NewFakeClock(t0), kicker: &fakeKicker{}, prober: &fakeProber{}}
+	r := &rig{t: t, clk: clocktesting.NewFakeClock(t0), kicker: &fakeKicker{}, prober: &fakeProber{}}
 	cfg := HealerConfig{Mode: heal.ModeRepair, Kicker: r.kicker, Prober: r.prober, Now: r.clk.Now}
 	if mod != nil {
 		mod(&cfg)
@@ -108,7 +109,19 @@ func newRig(t *testing.T, mod func(*HealerConfig)) *rig {
 // tick steps the clock by d, then ticks.
 func (r *rig) tick(d time.Duration, snap *Snapshot, recs ...volume.Record) []Report {
 	r.clk.Step(d)
-	return r.h.Tick(context.Background(), snap, recs, nil)
+	return checkClasses(r.t, r.h.Tick(context.Background(), snap, recs, nil))
+}
+
+// checkClasses fails the test for a decided verdict without a documented
+// class (the metric's reason label), and returns rs.
+func checkClasses(t *testing.T, rs []Report) []Report {
+	t.Helper()
+	for _, r := range rs {
+		if r.Verdict != "" && r.Verdict != heal.Kicked && r.Class.Meaning() == "" {
+			t.Errorf("session %v: verdict %s with class %q (reason %q)", r.Session, r.Verdict, r.Class, r.Reason)
+		}
+	}
+	return rs
 }
 
 // report returns the report of session id (0: the first absent one).

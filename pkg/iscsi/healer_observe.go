@@ -166,13 +166,13 @@ func (h *SessionHealer) resolvePending(reports []*Report) {
 	for key, p := range h.pending {
 		final := p.report
 		if r, ok := up[key]; ok {
-			final.Verdict, final.NewSession, final.TimeToLoggedIn = heal.Repaired, r.Session, now.Sub(p.at)
+			final.Verdict, final.Class, final.NewSession, final.TimeToLoggedIn = heal.Repaired, heal.ClassLoggedIn, r.Session, now.Sub(p.at)
 			final.Reason = fmt.Sprintf("LOGGED_IN %s after %s", heal.RoundDuration(final.TimeToLoggedIn), final.Kick)
-			r.Verdict, r.Kick, r.Reason = final.Verdict, final.Kick, final.Reason
+			r.Verdict, r.Kick, r.Reason, r.Class = final.Verdict, final.Kick, final.Reason, final.Class
 			r.NewSession, r.TimeToLoggedIn = final.NewSession, final.TimeToLoggedIn
 			h.gate.Forget(key)
 		} else if age := now.Sub(p.at); age >= h.cfg.VerifyWindow {
-			final.Verdict = heal.Failed
+			final.Verdict, final.Class = heal.Failed, heal.ClassNotLoggedIn
 			final.Reason = fmt.Sprintf("not LOGGED_IN %s after %s", heal.RoundDuration(age), final.Kick)
 			final.Err = fmt.Errorf("%s did not bring %s back within %s", final.Kick, p.report.Node, h.cfg.VerifyWindow)
 			// A relogin logged the session out: without a session iscsid
@@ -182,7 +182,7 @@ func (h *SessionHealer) resolvePending(reports []*Report) {
 			}
 			for _, r := range reports {
 				if r.Node.key() == key {
-					r.Verdict, r.Kick, r.Reason, r.Err = final.Verdict, final.Kick, final.Reason, final.Err
+					r.Verdict, r.Kick, r.Reason, r.Class, r.Err = final.Verdict, final.Kick, final.Reason, final.Class, final.Err
 				}
 			}
 		} else {

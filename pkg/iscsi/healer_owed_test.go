@@ -166,10 +166,10 @@ func TestNodeConditions_FromReports(t *testing.T) {
 		{Session: 1, State: SessionLoggedIn, Node: n("iqn.a", "127.0.0.1")},
 		{Session: 2, State: SessionFailed, Node: n("iqn.a", "127.0.0.2"), Probe: &down, Verdict: heal.Refused, Reason: "portal unreachable: …"},
 		{State: SessionAbsent, Node: n("iqn.b", "127.0.0.3"), Probe: &down, Verdict: heal.Deferred, Reason: "portal unreachable: …"},
-		{Session: 4, State: SessionFree, DownFor: time.Minute, Node: n("iqn.c", "127.0.0.4"), Verdict: heal.Refused, Reason: "login rejected by the target: exit 24"},
-		{Session: 5, State: SessionFree, DownFor: time.Hour, Node: n("iqn.d", "127.0.0.5"), Verdict: heal.Refused, Reason: "out of scope: no staged volume uses target iqn.d"},
-		{Session: 6, State: SessionFailed, DownFor: 2 * time.Minute, Node: n("iqn.e", "127.0.0.6"), Verdict: heal.Deferred, Reason: "restart cooldown: iscsid restarted 1m ago"},
-		{State: SessionAbsent, Owed: true, DownFor: 3 * time.Minute, Node: n("iqn.f", "127.0.0.7"), Verdict: heal.Failed, Reason: "login failed; chosen because …"},
+		{Session: 4, State: SessionFree, DownFor: time.Minute, Node: n("iqn.c", "127.0.0.4"), Verdict: heal.Refused, Class: heal.ClassLoginRejected, Reason: "login rejected by the target: exit 24"},
+		{Session: 5, State: SessionFree, DownFor: time.Hour, Node: n("iqn.d", "127.0.0.5"), Verdict: heal.Refused, Class: heal.ClassOutOfScope, Reason: "out of scope: no staged volume uses target iqn.d"},
+		{Session: 6, State: SessionFailed, DownFor: 2 * time.Minute, Node: n("iqn.e", "127.0.0.6"), Verdict: heal.Deferred, Class: heal.ClassRestartCooldown, Reason: "restart cooldown: iscsid restarted 1m ago"},
+		{State: SessionAbsent, Owed: true, DownFor: 3 * time.Minute, Node: n("iqn.f", "127.0.0.7"), Verdict: heal.Failed, Class: heal.ClassKickFailed, Reason: "login failed; chosen because …"},
 		{Session: 8, State: SessionFailed, DownFor: 20 * time.Second, Node: n("iqn.g", "127.0.0.8")}, // iscsid's to recover still
 	}
 	cs := NodeConditions(reports)

@@ -3,13 +3,12 @@
 //
 // Every metric is documented in docs/metrics.md. Label cardinality is
 // bounded: per-volume series are deleted when a volume is unstaged
-// (ForgetVolume), repair reasons are reduced to their class ("grace",
-// "cooldown", …) and kinds, scopes and verdicts are closed sets.
+// (ForgetVolume); kinds, scopes, verdicts and reason classes (heal.Class,
+// never the free-text reason) are closed sets.
 package metrics
 
 import (
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -145,7 +144,7 @@ func (m *Metrics) ObserveOutcomes(transport string, outs []heal.Outcome) {
 		return
 	}
 	for _, o := range outs {
-		m.repairs.WithLabelValues(transport, string(o.Defect.Kind), o.Defect.Scope.String(), string(o.Verdict), ReasonClass(o)).Inc()
+		m.repairs.WithLabelValues(transport, string(o.Defect.Kind), o.Defect.Scope.String(), string(o.Verdict), string(o.Class)).Inc()
 	}
 }
 
@@ -180,24 +179,4 @@ func (m *Metrics) ProcessStarted() {
 		return
 	}
 	m.processes.Inc()
-}
-
-// ReasonClass reduces a verdict's reason to a bounded label value: the
-// text before the first colon ("grace", "cooldown", "observe mode"), or
-// "" for repairs and failures whose reasons name controllers.
-func ReasonClass(o heal.Outcome) string {
-	switch o.Verdict {
-	case heal.Repaired, heal.Failed:
-		return ""
-	case heal.Observed:
-		return "observe mode"
-	}
-	r := o.Reason
-	if i := strings.IndexByte(r, ':'); i >= 0 {
-		r = r[:i]
-	}
-	if len(r) > 40 {
-		r = r[:40]
-	}
-	return r
 }

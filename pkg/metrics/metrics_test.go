@@ -55,15 +55,21 @@ func TestOutcomesAreCountedWithBoundedReasons(t *testing.T) {
 	m := New()
 	d := heal.Defect{Kind: heal.ControllerNotContributing, Scope: heal.ScopeController}
 	m.ObserveOutcomes("nvme-tcp", []heal.Outcome{
-		{Defect: d, Verdict: heal.Deferred, Reason: "grace: nvme4 is 97ms old, 4.9s left"},
-		{Defect: d, Verdict: heal.Deferred, Reason: "grace: nvme4 is 1.1s old, 3.9s left"},
-		{Defect: d, Verdict: heal.Repaired, Reason: "tore down nvme4 (tcp 127.0.0.1:4421)"},
+		{Defect: d, Verdict: heal.Deferred, Class: heal.ClassGrace, Reason: "grace: nvme4 is 97ms old, 4.9s left"},
+		{Defect: d, Verdict: heal.Deferred, Class: heal.ClassGrace, Reason: "grace: nvme4 is 1.1s old, 3.9s left"},
+		{Defect: d, Verdict: heal.Repaired, Class: heal.ClassTornDown, Reason: "tore down nvme4 (tcp 127.0.0.1:4421)"},
+		{Defect: d, Verdict: heal.Refused, Class: heal.ClassCoTenants, Reason: "would leave co-tenants with no accessible path: nvme0n2 (/dev/nvme0n2)"},
 	})
-	if v := testutil.ToFloat64(m.repairs.WithLabelValues("nvme-tcp", "ControllerNotContributing", "controller", "deferred", "grace")); v != 2 {
-		t.Errorf("deferred grace = %v, want 2", v)
-	}
-	if v := testutil.ToFloat64(m.repairs.WithLabelValues("nvme-tcp", "ControllerNotContributing", "controller", "repaired", "")); v != 1 {
-		t.Errorf("repaired = %v, want 1", v)
+	// The label is the class, never the text: no truncation, no names.
+	want := `
+# HELP pathmend_repairs_total Heal verdicts by transport, defect kind, scope, verdict (repaired, observed, deferred, refused, failed) and reason class.
+# TYPE pathmend_repairs_total counter
+pathmend_repairs_total{kind="ControllerNotContributing",reason="co_tenants",scope="controller",transport="nvme-tcp",verdict="refused"} 1
+pathmend_repairs_total{kind="ControllerNotContributing",reason="grace",scope="controller",transport="nvme-tcp",verdict="deferred"} 2
+pathmend_repairs_total{kind="ControllerNotContributing",reason="torn_down",scope="controller",transport="nvme-tcp",verdict="repaired"} 1
+`
+	if err := testutil.CollectAndCompare(m.repairs, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
 

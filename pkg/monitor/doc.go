@@ -6,7 +6,11 @@
 //
 //  1. loads the staged-volume records (pkg/volume) — the monitor keeps no
 //     other state, so a restarted plugin heals in its first tick;
-//  2. reads sysfs once (nvme.Read): one snapshot shared by every volume;
+//  2. reads sysfs once through the nvme.Reader it keeps across ticks: one
+//     snapshot shared by every volume, in nvme.ScopePaths (what can
+//     change and what decisions use is read every tick; what is fixed
+//     for an object's life once per object; docs/performance.md), and one
+//     nvme.Index of it for the per-volume lookups;
 //  3. heals: nvme.Inspect → heal.Policy → nvme.Repairer;
 //  4. subtracts the controllers the heal just tore down from the snapshot,
 //     so their endpoints count as missing;

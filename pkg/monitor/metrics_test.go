@@ -27,7 +27,7 @@ func TestTick_MetricsAfterAScriptedRepair(t *testing.T) {
 	body := scrape(t, m)
 	for _, want := range []string{
 		`pathmend_defects{kind="ControllerNotContributing",transport="nvme-tcp"} 1`,
-		`pathmend_repairs_total{kind="ControllerNotContributing",reason="",scope="controller",transport="nvme-tcp",verdict="repaired"} 1`,
+		`pathmend_repairs_total{kind="ControllerNotContributing",reason="torn_down",scope="controller",transport="nvme-tcp",verdict="repaired"} 1`,
 		`pathmend_volume_paths{state="expected",transport="nvme-tcp",volume_id="vol-a"} 2`,
 		`pathmend_volume_paths{state="live",transport="nvme-tcp",volume_id="vol-a"} 2`,
 		`pathmend_volume_paths{state="optimized",transport="nvme-tcp",volume_id="vol-a"} 1`,
@@ -77,32 +77,40 @@ func grep(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// stagedFunc adapts a function to StagedChecker.
-type stagedFunc func([]volume.Record) map[string]volume.Condition
+// stagedFunc adapts a function to StagedDevicer.
+type stagedFunc func([]volume.Record) map[string]volume.StagedDevice
 
-func (f stagedFunc) ReplacedStagings(_ context.Context, recs []volume.Record) (map[string]volume.Condition, error) {
+func (f stagedFunc) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
 	return f(recs), nil
 }
 
 // Every staged volume has a pathmend_volume_staged_device_replaced
-// series: 1 while the driver finds its staged device replaced, 0 once it
-// is not (restaged), none once it is unstaged. It is reported in observe
-// mode too: it is a report, not a repair.
+// series: 1 while the device its users hold is not the one its namespace
+// has in the tick's read (compared by number), 0 once it is (restaged),
+// none once it is unstaged. It is reported in observe mode too: it is a
+// report, not a repair.
 func TestTick_StagedDeviceReplacedMetric(t *testing.T) {
 	r := newRig(t, heal.ModeObserve, nil)
 	m := metrics.New()
 	r.m.deps.Metrics = m
-	bad := map[string]bool{"vol-a": true}
-	r.m.deps.Staged = stagedFunc(func(recs []volume.Record) map[string]volume.Condition {
-		out := map[string]volume.Condition{}
+	r.connectAged(t, nqnA, "127.0.0.1")
+	r.connectAged(t, nqnB, "127.0.0.3")
+	_, devA, _ := r.k.Head(nqnA, 1)
+	_, devB, _ := r.k.Head(nqnB, 1)
+	numA, _ := volume.ParseDeviceNumber(devA)
+	numB, _ := volume.ParseDeviceNumber(devB)
+	held := map[string]volume.DeviceNumber{"vol-a": {Major: 259, Minor: 999}, "vol-b": numB} // vol-a: a removed device
+	r.m.deps.Staged = stagedFunc(func(recs []volume.Record) map[string]volume.StagedDevice {
+		out := map[string]volume.StagedDevice{}
 		for _, rec := range recs {
-			if bad[rec.VolumeID] {
-				out[rec.VolumeID] = volume.Condition{Status: volume.Inaccessible, Reason: volume.ReasonStagedDeviceReplaced}
-			}
+			out[rec.VolumeID] = volume.StagedDevice{Device: volume.BlockDevice{Name: "nvme0n1", Number: held[rec.VolumeID]}, From: "the staging mount at " + rec.StagingPath}
 		}
 		return out
 	})
 	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3")}
+	for i := range r.recs {
+		r.recs[i].AccessType = volume.AccessMount
+	}
 	rep := r.m.Tick(context.Background())
 	if len(rep.Replaced) != 1 || rep.Replaced[0] != "vol-a" {
 		t.Errorf("replaced = %v", rep.Replaced)
@@ -116,7 +124,7 @@ func TestTick_StagedDeviceReplacedMetric(t *testing.T) {
 			t.Errorf("/metrics lacks %s:\n%s", want, grep(body, "staged_device"))
 		}
 	}
-	delete(bad, "vol-a")
+	held["vol-a"] = numA // restaged
 	r.recs = r.recs[:1]
 	r.m.Tick(context.Background())
 	body = scrape(t, m)

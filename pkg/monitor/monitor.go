@@ -67,17 +67,23 @@ type Deps struct {
 	// PathExists reports whether a staging path still exists (default
 	// os.Stat).
 	PathExists func(string) bool
-	// Staged, when set, tells which staged volumes' users hold a device
-	// the kernel replaced (the driver knows the mounts); the tick feeds
-	// pathmend_volume_staged_device_replaced from it.
-	Staged StagedChecker
+	// Staged, when set, tells which device each staged volume's users
+	// hold (the driver knows the mounts); the tick compares it with the
+	// volume's devices for pathmend_volume_staged_device_replaced.
+	Staged StagedDevicer
 }
 
-// StagedChecker reports the staged volumes whose staged device is no
-// longer their device, with the condition that says so, keyed by volume
-// ID. *driver.Driver implements it.
-type StagedChecker interface {
-	ReplacedStagings(ctx context.Context, recs []volume.Record) (map[string]volume.Condition, error)
+// StagedDevicer returns the device the users of each staged volume hold,
+// by volume ID (volume.FindStagedDevice); a volume whose staged device is
+// unknown is left out. *driver.Driver implements it.
+type StagedDevicer interface {
+	StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error)
+}
+
+// SessionDevices is a SessionHealer that also tells, from its tick's read,
+// the block devices staged iSCSI volumes' LUNs have now, by volume ID.
+type SessionDevices interface {
+	CurrentDevices(recs []volume.Record) map[string][]volume.BlockDevice
 }
 
 // Monitor keeps every path of every staged volume healthy: each tick it
@@ -91,6 +97,9 @@ type Monitor struct {
 	back  *backoff
 	reach *reachability
 	sem   chan struct{}
+	// nvme reads sysfs every tick, remembering across ticks what cannot
+	// change while a kernel object lives.
+	nvme *nvme.Reader
 
 	mu       sync.Mutex
 	status   map[string]VolumeStatus
@@ -100,8 +109,12 @@ type Monitor struct {
 	// that an unstaged volume's series is deleted.
 	replaced map[string]bool
 	// timeoutConflicts are the controllers last logged as shared by
-	// volumes whose timeouts differ.
+	// volumes whose timeouts differ; aligned and heads are the
+	// controller instances and heads alignTimeouts has dealt with. Only
+	// the tick touches them.
 	timeoutConflicts string
+	aligned          map[nvme.ControllerName]aligned
+	heads            map[nvme.DeviceName]bool
 	// endpoints counts the distinct endpoints staged volumes list, per
 	// subsystem NQN, as of the last tick.
 	endpoints map[string]int
@@ -152,7 +165,9 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
 	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), reach: newReachability(),
-		sem: make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{}}, nil
+		nvme: nvme.NewReader(deps.SysFS, nvme.ScopePaths),
+		sem:  make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{},
+		aligned: map[nvme.ControllerName]aligned{}, heads: map[nvme.DeviceName]bool{}}, nil
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then

@@ -50,15 +50,16 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 			byID[r.VolumeID] = r
 		}
 	}
+	var host *nvme.Host
 	if len(exps) > 0 && m.deps.Policy.Mode() != heal.ModeOff {
-		m.nvmeTick(ctx, exps, byID, &rep)
+		host = m.nvmeTick(ctx, exps, byID, &rep)
 	} else {
 		m.forgetAll()
 	}
 	if m.deps.Sessions != nil {
 		m.deps.Sessions.Tick(ctx, recs, err)
 	}
-	rep.Replaced = m.checkStaged(ctx, recs)
+	rep.Replaced = m.checkStaged(recs, host)
 	end := m.deps.Clock.Now()
 	m.deps.Metrics.ObserveTick(end.Sub(start), end)
 	m.mu.Lock()
@@ -67,11 +68,13 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	return rep
 }
 
-func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs map[string]volume.Record, rep *Report) {
-	host, err := nvme.Read(m.deps.SysFS)
+// nvmeTick is the NVMe part of a tick; it returns its last read of the
+// kernel's state (nil when it could not read it).
+func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs map[string]volume.Record, rep *Report) *nvme.Host {
+	host, err := m.nvme.Read()
 	if err != nil {
 		klog.ErrorS(err, "Read NVMe state failed; skipping this tick")
-		return
+		return nil
 	}
 	// 1. heal
 	rep.Defects = nvme.Inspect(host, exps)
@@ -96,6 +99,7 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 	// 3, 4. reconcile optimized, then non-optimized, per volume.
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	idx := nvme.NewIndex(host)
 	notes := map[string][]string{}
 	inUse := map[string]bool{}
 	for _, e := range exps {
@@ -109,7 +113,7 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 			opt, others := nvme.OrderedEndpoints(n)
 			var conn, skip, note []string
 			for _, group := range [][]volume.Endpoint{opt, others} {
-				c, s := m.reconcile(ctx, host, removed, n, group)
+				c, s := m.reconcile(ctx, idx, removed, n, group)
 				conn, skip = append(conn, c...), append(skip, s...)
 			}
 			for _, s := range skip {
@@ -124,18 +128,19 @@ func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs ma
 	}
 	wg.Wait()
 	m.back.prune(inUse)
-	m.trackEndpoints(host, removed, exps)
+	m.trackEndpoints(idx.Host(), removed, exps)
 	slices.Sort(rep.Connects)
 	slices.Sort(rep.Skipped)
 	// Read again only when the tick changed the kernel's state; a healthy
 	// tick reads sysfs once.
 	if len(rep.Connects) > 0 || anyRemoved(rep.Outcomes) {
-		if h, err := nvme.Read(m.deps.SysFS); err == nil {
-			host = h
+		if h, err := m.nvme.Read(); err == nil {
+			idx = nvme.NewIndex(h)
 		}
 	}
-	m.alignTimeouts(host, exps, recs)
-	m.updateStatus(host, exps, rep, notes)
+	m.alignTimeouts(idx.Host(), exps, recs)
+	m.updateStatus(idx, exps, rep, notes)
+	return idx.Host()
 }
 
 func anyRemoved(outs []heal.Outcome) bool {
@@ -150,10 +155,10 @@ func anyRemoved(outs []heal.Outcome) bool {
 // reconcile connects every endpoint of group that has no present
 // controller. Present is any state but deleting or dead, minus what this
 // tick removed: a controller the kernel is reconnecting is left to it.
-func (m *Monitor) reconcile(ctx context.Context, host *nvme.Host, removed map[nvme.ControllerName]bool, n *volume.NVMeTCP, group []volume.Endpoint) (connected, skipped []string) {
+func (m *Monitor) reconcile(ctx context.Context, idx *nvme.Index, removed map[nvme.ControllerName]bool, n *volume.NVMeTCP, group []volume.Endpoint) (connected, skipped []string) {
 	for _, ep := range group {
 		present := false
-		for _, c := range nvme.ControllersTo(host, n.NQN, ep) {
+		for _, c := range idx.ControllersTo(n.NQN, ep) {
 			if !removed[c.Name] {
 				present = true
 			}
@@ -165,7 +170,7 @@ func (m *Monitor) reconcile(ctx context.Context, host *nvme.Host, removed map[nv
 			skipped = append(skipped, fmt.Sprintf("%s: %s mode: would reconnect", ep, m.deps.Policy.Mode()))
 			continue
 		}
-		if skip := m.reconnect(ctx, host, n, ep); skip != "" {
+		if skip := m.reconnect(ctx, idx.Host(), n, ep); skip != "" {
 			skipped = append(skipped, skip)
 			continue
 		}
@@ -225,10 +230,11 @@ func siblingSecrets(m *Monitor, host *nvme.Host, nqn string) volume.Secrets {
 
 // updateStatus records what the tick saw per volume and feeds the path
 // metrics.
-func (m *Monitor) updateStatus(host *nvme.Host, exps []nvme.Expectation, rep *Report, notes map[string][]string) {
+func (m *Monitor) updateStatus(idx *nvme.Index, exps []nvme.Expectation, rep *Report, notes map[string][]string) {
+	host := idx.Host()
 	status := map[string]VolumeStatus{}
 	for _, e := range exps {
-		pr := nvme.ReportPaths(host, e)
+		pr := idx.ReportPaths(e)
 		st := VolumeStatus{Paths: pr, Notes: notes[e.VolumeID]}
 		for _, o := range rep.Outcomes {
 			if nvme.Concerns(host, o.Defect, e) {

@@ -16,8 +16,12 @@ func CurrentDevices(fsys sysfs.FS, h *Host, e Expectation) []volume.BlockDevice 
 	if err != nil {
 		return nil
 	}
+	ns := loc.Namespace
+	if ns.Head != "" && !ns.Dev.IsZero() {
+		return []volume.BlockDevice{{Name: string(ns.Head), Number: ns.Dev}} // read once per head
+	}
 	var out []volume.BlockDevice
-	for _, d := range loc.Namespace.Devices() {
+	for _, d := range ns.Devices() {
 		if n, err := DeviceNumberOf(fsys, d); err == nil {
 			out = append(out, volume.BlockDevice{Name: string(d), Number: n})
 		}

@@ -98,20 +98,21 @@ type TuneTarget struct {
 	Timeouts    Timeouts
 }
 
-// TimeoutTunes plans the writes that align, in h, every present
-// controller of a staged volume with the volume's effective timeouts
-// (reconnect_delay first: the kernel derives ctrl_loss_tmo from it), and
-// sets delayed_removal_secs of each staged volume's head where the kernel
-// has the attribute and it is 0. A controller shared by volumes whose
-// timeouts differ is left as it is and named in conflicts. It reads the
-// optional head attribute; it writes nothing.
-func TimeoutTunes(fsys sysfs.FS, h *Host, targets []TuneTarget) (tunes []Tune, conflicts []string) {
-	want := map[ControllerName]Timeouts{}
+// ControllerTimeouts returns, for every present controller of a staged
+// volume in h, the timeouts its volumes need. A controller shared by
+// volumes whose timeouts differ is left out and named in conflicts (the
+// first stage's connect set its timeouts; no volume's wish overrides
+// another's). It reads only h, which needs no timeout attribute
+// (ScopePaths will do).
+func ControllerTimeouts(h *Host, targets []TuneTarget) (want map[ControllerName]Timeouts, conflicts []string) {
+	want = map[ControllerName]Timeouts{}
 	clash := map[ControllerName]bool{}
-	var order []ControllerName
 	for _, t := range targets {
 		for _, ep := range t.Expectation.Endpoints {
 			for _, c := range ControllersTo(h, t.Expectation.NQN, ep) {
+				if !c.Fabrics() {
+					continue
+				}
 				if w, seen := want[c.Name]; seen {
 					if w != t.Timeouts {
 						clash[c.Name] = true
@@ -119,47 +120,92 @@ func TimeoutTunes(fsys sysfs.FS, h *Host, targets []TuneTarget) (tunes []Tune, c
 					continue
 				}
 				want[c.Name] = t.Timeouts
-				order = append(order, c.Name)
 			}
 		}
 	}
-	slices.SortFunc(order, func(a, b ControllerName) int { return a.Instance() - b.Instance() })
-	for _, name := range order {
-		c, _ := h.Controller(name)
-		if !c.Fabrics() {
-			continue
+	for name := range clash {
+		delete(want, name)
+		conflicts = append(conflicts, string(name))
+	}
+	slices.Sort(conflicts)
+	return want, conflicts
+}
+
+// TimeoutTunesOf reads the timeouts of controller name (one read of each
+// attribute) and returns the writes that bring them to w, reconnect_delay
+// first: the kernel derives ctrl_loss_tmo from it.
+func TimeoutTunesOf(fsys sysfs.FS, name ControllerName, w Timeouts) ([]Tune, error) {
+	dir := classNVMe + "/" + string(name) + "/"
+	read := func(attr string) (Timeout, error) {
+		v, err := fsys.ReadAttr(dir + attr)
+		if err != nil {
+			return Timeout{}, err
 		}
-		if clash[name] {
-			conflicts = append(conflicts, string(name))
-			continue
+		return ParseTimeout(v)
+	}
+	var tunes []Tune
+	add := func(attr string, shown, to int) error {
+		have, err := read(attr)
+		if err != nil {
+			return err
 		}
-		w := want[name]
-		dir := classNVMe + "/" + string(name) + "/"
-		add := func(attr string, have Timeout, to int) {
-			if shown := timeoutOf(to); have != shown {
-				tunes = append(tunes, Tune{Path: dir + attr, From: have.String(), To: strconv.Itoa(to)})
-			}
+		if have != timeoutOf(shown) {
+			tunes = append(tunes, Tune{Path: dir + attr, From: have.String(), To: strconv.Itoa(to)})
 		}
-		add("reconnect_delay", c.ReconnectDelay, w.ReconnectDelay)
-		// The kernel keeps ctrl_loss_tmo as a count of reconnects and
-		// shows it rounded up to whole reconnect delays.
-		loss := w.CtrlLossTmo
-		if loss > 0 && w.ReconnectDelay > 0 {
-			loss = (loss + w.ReconnectDelay - 1) / w.ReconnectDelay * w.ReconnectDelay
+		return nil
+	}
+	if err := add("reconnect_delay", w.ReconnectDelay, w.ReconnectDelay); err != nil {
+		return nil, err
+	}
+	// The kernel keeps ctrl_loss_tmo as a count of reconnects and shows it
+	// rounded up to whole reconnect delays.
+	loss := w.CtrlLossTmo
+	if loss > 0 && w.ReconnectDelay > 0 {
+		loss = (loss + w.ReconnectDelay - 1) / w.ReconnectDelay * w.ReconnectDelay
+	}
+	if err := add("ctrl_loss_tmo", loss, w.CtrlLossTmo); err != nil {
+		return nil, err
+	}
+	if err := add("fast_io_fail_tmo", w.FastIOFailTmo, w.FastIOFailTmo); err != nil {
+		return nil, err
+	}
+	return tunes, nil
+}
+
+// DelayedRemovalTune returns the write that sets delayed_removal_secs of
+// head to DelayedRemovalSecs when the kernel has the attribute and it is
+// 0; ok is false otherwise (Linux 6.1 has no such attribute).
+func DelayedRemovalTune(fsys sysfs.FS, head DeviceName) (t Tune, ok bool) {
+	p := "block/" + string(head) + "/delayed_removal_secs"
+	v, present, err := fsys.ReadOptionalAttr(p)
+	if err != nil || !present || v != "0" {
+		return Tune{}, false
+	}
+	return Tune{Path: p, From: v, To: strconv.Itoa(DelayedRemovalSecs)}, true
+}
+
+// TimeoutTunes plans every write that aligns, in h, the present
+// controllers of the staged volumes of targets with their timeouts
+// (ControllerTimeouts, TimeoutTunesOf, in controller order) and sets
+// delayed_removal_secs of their heads where the kernel has it. It reads
+// the attributes it compares; it writes nothing.
+func TimeoutTunes(fsys sysfs.FS, h *Host, targets []TuneTarget) (tunes []Tune, conflicts []string) {
+	want, conflicts := ControllerTimeouts(h, targets)
+	names := make([]ControllerName, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b ControllerName) int { return a.Instance() - b.Instance() })
+	for _, n := range names {
+		if ts, err := TimeoutTunesOf(fsys, n, want[n]); err == nil {
+			tunes = append(tunes, ts...)
 		}
-		if shown := timeoutOf(loss); c.CtrlLossTmo != shown {
-			tunes = append(tunes, Tune{Path: dir + "ctrl_loss_tmo", From: c.CtrlLossTmo.String(), To: strconv.Itoa(w.CtrlLossTmo)})
-		}
-		add("fast_io_fail_tmo", c.FastIOFailTmo, w.FastIOFailTmo)
 	}
 	for _, t := range targets {
-		loc, err := Locate(h, t.Expectation)
-		if err != nil || loc.Namespace.Head == "" {
-			continue
-		}
-		p := "block/" + string(loc.Namespace.Head) + "/delayed_removal_secs"
-		if v, ok, err := fsys.ReadOptionalAttr(p); err == nil && ok && v == "0" {
-			tunes = append(tunes, Tune{Path: p, From: v, To: strconv.Itoa(DelayedRemovalSecs)})
+		if loc, err := Locate(h, t.Expectation); err == nil && loc.Namespace.Head != "" {
+			if tu, ok := DelayedRemovalTune(fsys, loc.Namespace.Head); ok {
+				tunes = append(tunes, tu)
+			}
 		}
 	}
 	return tunes, conflicts

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pathmend/pathmend/internal/testneed"
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -115,12 +116,10 @@ func TestCheckBlockNode(t *testing.T) {
 	if err := checkBlockNode(filepath.Join(dir, "missing"), "8:0"); err == nil {
 		t.Error("a missing node passed")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("creating a block device node needs root")
-	}
+	testneed.Root(t, "creating a block device node")
 	node := filepath.Join(dir, "sdz")
 	if err := syscall.Mknod(node, syscall.S_IFBLK|0o600, 8<<8|16); err != nil {
-		t.Skipf("mknod: %v", err)
+		testneed.Skip(t, "mknod: %v", err)
 	}
 	if err := checkBlockNode(node, "8:16"); err != nil {
 		t.Errorf("matching node: %v", err)
