@@ -30,9 +30,12 @@
 //     controller) and sets delayed_removal_secs of their heads where the
 //     kernel has it — repair mode only;
 //  7. runs the iSCSI session heal, when built in;
-//  8. asks the driver (Deps.Staged) which staged volumes' users hold a
-//     device the kernel replaced, for the
-//     pathmend_volume_staged_device_replaced metric.
+//  8. compares the device each staged volume's users hold (Deps.Staged:
+//     the driver reads the mount table) with the devices the volume has
+//     in this tick's reads — its head's number, its LUN's disks and map
+//     (Deps.Sessions, when it is a SessionDevices) — for the
+//     pathmend_volume_staged_device_replaced metric. Aligning timeouts
+//     and this check read no sysfs in a steady tick.
 //
 // Repair comes before reconcile on purpose: a reconcile-first tick would
 // diagnose a controller created microseconds earlier, one that has not
