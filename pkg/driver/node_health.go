@@ -55,7 +55,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if volumeID == "" {
 		return nil, invalidArgument("volume_id is required")
 	}
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	switch {
 	case errors.Is(err, volume.ErrNotFound):
 		return nil, notFound("volume %s is not staged on this node", volumeID)
@@ -99,7 +99,11 @@ const (
 func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
 	// Unreadable records are a condition of the node, not a failure of
 	// the call: the readable ones are still reported.
-	recs, err := d.deps.Store.List()
+	l, err := d.deps.Intents.Scan()
+	if err != nil {
+		return nil, internal(err, "list staged volumes")
+	}
+	recs := l.Records
 	type key struct {
 		status csi.StorageHealthErrorType
 		reason string
@@ -122,8 +126,8 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		c := d.volumeCondition(ctx, rec)
 		add(c, fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
 	}
-	if err != nil {
-		add(Condition{Status: Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("some staged-volume records cannot be read, so their volumes are neither checked nor healed: %v; repair or remove the file named (NodeUnstage of its volume rewrites nothing it cannot read)", err))
+	if err := l.Err(); err != nil {
+		add(Condition{Status: Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("%d staged-volume record(s) cannot be read, so their volumes are neither checked nor healed and nothing of their targets is torn down: %v; see pathmend diagnose and docs/state.md (an unreadable record)", len(l.Unreadable), err))
 	}
 	if d.cfg.HealMode == heal.ModeOff {
 		add(Condition{Status: Degraded, Reason: ReasonHealOff}, "path healing is off on this node (--heal=off): pathmend neither reconnects nor repairs paths, and a path lost stays lost; run pathmend with --heal=repair, or --heal=observe to see what it would do")

@@ -35,7 +35,7 @@ func TestStage_AReplacedDeviceIsReportedAndRestaged(t *testing.T) {
 	stage := &csi.NodeStageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeCapability: cap, VolumeContext: vol.VolumeContext}
 	ok(t)(env.driver.NodeStageVolume(ctx, stage))
 	rec, _ := env.store.Get(vol.VolumeId)
-	if rec.DeviceNumber.IsZero() {
+	if rec.DevNum.IsZero() {
 		t.Fatalf("the record keeps no device number: %+v", rec)
 	}
 	target := filepath.Join(dir, "pods", "a")

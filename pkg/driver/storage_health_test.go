@@ -35,7 +35,7 @@ func TestNodeGetStorageHealth_NodeConditions(t *testing.T) {
 		cfg.HealMode = mode
 		fa := &fakeAttacher{device: filepath.Join(dir, "dev-fake")}
 		d, err := driver.New(cfg, driver.Deps{
-			SysFS: sysfs.New(dir), Store: store, Exec: utilexec.New(),
+			SysFS: sysfs.New(dir), Intents: ownerOf(t, store), Exec: utilexec.New(),
 			Mounter:   mount.NewSafeFormatAndMount(mount.NewFakeMounter(nil), utilexec.New()),
 			Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: fa, volume.TransportISCSI: fa},
 			MountInfo: func() ([]mount.MountInfo, error) { return nil, nil }, NodeConditions: conds,
@@ -85,7 +85,7 @@ func TestNodeGetStorageHealth_NodeConditions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := store.Put(volume.Record{VolumeID: id, Context: c, AccessType: volume.AccessBlock, StagingPath: "/staging/" + id}); err != nil {
+			if err := store.Put(volume.Record{VolumeID: id, State: volume.StateStaged, Context: c, AccessType: volume.AccessBlock, StagingPath: "/staging/" + id}); err != nil {
 				t.Fatal(err)
 			}
 		}

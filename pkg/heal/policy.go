@@ -231,10 +231,16 @@ func (p *Policy) firstStep(ctx context.Context, d Defect, r Repairer) (did strin
 	return step + ": the defect remains", false
 }
 
-// decide applies the rules in order: scope cap, co-tenant gate, cooldown,
-// grace. An allowed defect comes back with Verdict Repaired (not yet run).
+// decide applies the rules in order: a teardown the intent owner blocks,
+// scope cap, co-tenant gate, cooldown, grace. An allowed defect comes back
+// with Verdict Repaired (not yet run).
 func (p *Policy) decide(d Defect) Outcome {
 	now := p.cfg.Now()
+	if d.Blocked != "" {
+		// No kind is exempt: an unreadable record may be a volume whose
+		// namespace has not appeared yet.
+		return Outcome{Defect: d, Verdict: Refused, Class: ClassUnreadableRecord, Reason: "unreadable record: " + d.Blocked}
+	}
 	if d.Scope > p.cfg.MaxScope {
 		return Outcome{Defect: d, Verdict: Refused, Class: ClassScopeCap, Reason: fmt.Sprintf("scope %s exceeds the cap %s", d.Scope, p.cfg.MaxScope)}
 	}

@@ -33,6 +33,10 @@ const (
 	// rescan of a missing namespace) brought the defect to an end;
 	// nothing was torn down.
 	ClassFirstStepCured Class = "first_step_cured"
+	// ClassUnreadableRecord: refused, a staged-volume record that may be
+	// a volume of the target cannot be read: nothing of the target is
+	// torn down until it is readable or removed (docs/state.md).
+	ClassUnreadableRecord Class = "unreadable_record"
 )
 
 // The iSCSI session heal's own classes (pkg/iscsi).
@@ -70,6 +74,12 @@ const (
 	// ClassKickFailed: failed, the login, logout or restart command
 	// failed.
 	ClassKickFailed Class = "kick_failed"
+	// ClassTargetBusy: deferred, an attach, a detach or another job holds
+	// the target's lease; the kick is decided again next tick.
+	ClassTargetBusy Class = "target_busy"
+	// ClassNotWanted: refused, under the target's lease no staged volume
+	// wants the session any more (its volume is detaching or unstaged).
+	ClassNotWanted Class = "not_wanted"
 )
 
 // classes is every Class with its meaning in one line (the order the docs
@@ -86,6 +96,7 @@ var classes = []struct {
 	{ClassTornDown, "repaired: the teardown ran"},
 	{ClassTeardownFailed, "failed: the teardown returned an error"},
 	{ClassFirstStepCured, "repaired: the rescan of a missing namespace brought it back; nothing torn down"},
+	{ClassUnreadableRecord, "refused: a staged-volume record that may be the target's cannot be read; nothing of the target is torn down"},
 	{ClassOutOfScope, "refused: no staged volume uses the session's target (--heal-iscsi-scope=staged)"},
 	{ClassLoginRejected, "refused: the target rejected pathmend's own login; kicking again cannot help"},
 	{ClassPortalUnreachable, "refused: the portal does not answer; iscsid retries by itself"},
@@ -97,6 +108,8 @@ var classes = []struct {
 	{ClassLoggedIn, "repaired: the kicked session is LOGGED_IN again"},
 	{ClassNotLoggedIn, "failed: the kicked session was not LOGGED_IN within the verify window"},
 	{ClassKickFailed, "failed: the login, logout or iscsid restart command failed"},
+	{ClassTargetBusy, "deferred: an attach, a detach or another job holds the target; decided again next tick"},
+	{ClassNotWanted, "refused: no staged volume wants the session any more (detaching or unstaged)"},
 }
 
 // Classes returns every Class, in documentation order.

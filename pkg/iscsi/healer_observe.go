@@ -29,7 +29,8 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 	// clock is keyed by node record, since it has no SID. Two volumes on
 	// one portal make one report.
 	absent := map[string]*Report{}
-	for _, rec := range recs {
+	staged := stagedOnly(recs)
+	for _, rec := range staged {
 		v := rec.Context.ISCSI
 		for _, ep := range v.Portals {
 			if hasSessionTo(m, snap, v.IQN, ep) {
@@ -42,13 +43,13 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 			if absent[n.key()] != nil {
 				continue
 			}
-			r := &Report{Node: n, State: SessionAbsent, InScope: true, Volumes: volumesOf(recs, v.IQN)}
+			r := &Report{Node: n, State: SessionAbsent, InScope: true, Volumes: volumesOf(staged, v.IQN)}
 			h.observeAbsent(r)
 			absent[n.key()] = r
 			reports = append(reports, r)
 		}
 	}
-	return append(reports, h.observeOwed(m, snap, recs, absent)...)
+	return append(reports, h.observeOwed(m, snap, staged, absent)...)
 }
 
 // observeAbsent advances the clocks of a report without a session; they
@@ -65,13 +66,14 @@ func (h *SessionHealer) observeAbsent(r *Report) {
 // reported absent — in scope whatever the heal scope, since pathmend took
 // the session away — and down since its kick began. absent holds this
 // tick's absent reports of staged portals by node key; an owed record
-// among them is marked, not reported twice.
-func (h *SessionHealer) observeOwed(m *PortalMatcher, snap *Snapshot, recs []volume.Record, absent map[string]*Report) []*Report {
+// among them is marked, not reported twice. staged are the records in
+// state staged: a detaching volume's detach owns its sessions.
+func (h *SessionHealer) observeOwed(m *PortalMatcher, snap *Snapshot, staged []volume.Record, absent map[string]*Report) []*Report {
 	var out []*Report
 	for key, o := range h.owed {
 		found, up := sessionTo(m, snap, o.node.Target, o.node.Portal)
 		switch {
-		case up, o.staged && len(volumesOf(recs, o.node.Target)) == 0:
+		case up, o.staged && len(volumesOf(staged, o.node.Target)) == 0:
 			delete(h.owed, key)
 			continue
 		case found:
@@ -79,7 +81,7 @@ func (h *SessionHealer) observeOwed(m *PortalMatcher, snap *Snapshot, recs []vol
 		}
 		r := absent[key]
 		if r == nil {
-			r = &Report{Node: o.node, State: SessionAbsent, Volumes: volumesOf(recs, o.node.Target)}
+			r = &Report{Node: o.node, State: SessionAbsent, Volumes: volumesOf(staged, o.node.Target)}
 			h.observeAbsent(r)
 			out = append(out, r)
 		}
@@ -124,20 +126,27 @@ func (h *SessionHealer) probe(ctx context.Context, reports []*Report) {
 		byPortal[p] = append(byPortal[p], r)
 	}
 	// Probes run in parallel: a dead portal costs its full timeout, and a
-	// tick must not take that per portal.
+	// tick must not take that per portal. With ProbeConcurrency 1 they run
+	// in order on the tick's goroutine (a deterministic scheduler).
 	results := make([]Reachability, len(portals))
-	sem := make(chan struct{}, h.cfg.ProbeConcurrency)
-	var wg sync.WaitGroup
-	for i, p := range portals {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
+	if h.cfg.ProbeConcurrency == 1 {
+		for i, p := range portals {
 			results[i] = h.cfg.Prober.Probe(ctx, p)
-		}()
+		}
+	} else {
+		sem := make(chan struct{}, h.cfg.ProbeConcurrency)
+		var wg sync.WaitGroup
+		for i, p := range portals {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				results[i] = h.cfg.Prober.Probe(ctx, p)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	for i, p := range portals {
 		res := results[i]
 		held := h.reach.Observe("portal:"+p.String(), res.Reachable())

@@ -99,11 +99,10 @@ func (m *Monitor) NodeConditions() []volume.Condition {
 	return out
 }
 
-// trackEndpoints records, after a tick's reconnects, how many endpoints
-// staged volumes list per target and forgets the unreachable ones that
-// have a controller again (host is the tick's read, removed what its
-// repairs tore down) or that no volume lists any more.
-func (m *Monitor) trackEndpoints(host *nvme.Host, removed map[nvme.ControllerName]bool, exps []nvme.Expectation) {
+// trackEndpoints records, after a tick, how many endpoints staged volumes
+// list per target and forgets the unreachable ones that have a controller
+// again in host (the tick's last read) or that no volume lists any more.
+func (m *Monitor) trackEndpoints(host *nvme.Host, exps []nvme.Expectation) {
 	listed := map[string]map[string]bool{}
 	missing := map[string]bool{}
 	for _, e := range exps {
@@ -112,11 +111,7 @@ func (m *Monitor) trackEndpoints(host *nvme.Host, removed map[nvme.ControllerNam
 		}
 		for _, ep := range e.Endpoints {
 			listed[e.NQN][ep.String()] = true
-			present := false
-			for _, c := range nvme.ControllersTo(host, e.NQN, ep) {
-				present = present || !removed[c.Name]
-			}
-			if !present {
+			if len(nvme.ControllersTo(host, e.NQN, ep)) == 0 {
 				missing[e.NQN+" "+ep.String()] = true
 			}
 		}

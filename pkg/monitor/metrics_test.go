@@ -19,7 +19,7 @@ func TestTick_MetricsAfterAScriptedRepair(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
 	m := metrics.New()
 	r.m.deps.Metrics = m
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
 	r.k.DropLegs(1)
 	r.m.Tick(context.Background())
@@ -40,12 +40,12 @@ func TestTick_MetricsAfterAScriptedRepair(t *testing.T) {
 	}
 
 	// Unstaged: the volume's series go away; the healthy node has no defects.
-	r.recs = nil
+	r.set(t)
 	r.m.Tick(context.Background())
 	if body := scrape(t, m); strings.Contains(body, `volume_id="vol-a"`) || strings.Contains(body, "pathmend_defects{") {
 		t.Errorf("series remain with nothing staged:\n%s", grep(body, "vol-a"))
 	}
-	r.recs = []volume.Record{rec("vol-b", nqnB, "127.0.0.3")}
+	r.set(t, rec("vol-b", nqnB, "127.0.0.3"))
 	r.m.Tick(context.Background())
 	body = scrape(t, m)
 	if strings.Contains(body, `volume_id="vol-a"`) {
@@ -107,10 +107,8 @@ func TestTick_StagedDeviceReplacedMetric(t *testing.T) {
 		}
 		return out
 	})
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3")}
-	for i := range r.recs {
-		r.recs[i].AccessType = volume.AccessMount
-	}
+	recs := []volume.Record{rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3")}
+	r.set(t, recs...)
 	rep := r.m.Tick(context.Background())
 	if len(rep.Replaced) != 1 || rep.Replaced[0] != "vol-a" {
 		t.Errorf("replaced = %v", rep.Replaced)
@@ -125,7 +123,7 @@ func TestTick_StagedDeviceReplacedMetric(t *testing.T) {
 		}
 	}
 	held["vol-a"] = numA // restaged
-	r.recs = r.recs[:1]
+	r.set(t, recs[:1]...)
 	r.m.Tick(context.Background())
 	body = scrape(t, m)
 	if !strings.Contains(body, `pathmend_volume_staged_device_replaced{transport="nvme-tcp",volume_id="vol-a"} 0`) || strings.Contains(body, `volume_id="vol-b"`) {

@@ -75,7 +75,7 @@ func TestTick_AReturnedEndpointIsReconnectedOnTheNextTick(t *testing.T) {
 			const ep = "127.0.0.2:4420"
 			p := &outageProber{endpoint: ep, state: tc.outage}
 			r := newRig(t, heal.ModeRepair, p)
-			r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+			r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 			r.connectAged(t, nqnA, "127.0.0.1")
 			r.k.SetUnreachable(ep, true)
 			for range 60 {
@@ -113,7 +113,7 @@ func TestTick_AReturnedEndpointIsReconnectedOnTheNextTick(t *testing.T) {
 func TestNodeConditions_UnreachableEndpoints(t *testing.T) {
 	p := &outageProber{endpoint: "127.0.0.2:4420", state: "refused"}
 	r := newRig(t, heal.ModeRepair, p)
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1")
 	r.m.Tick(context.Background())
 	cs := r.m.NodeConditions()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
-	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // Two volumes are namespaces 1 and 2 of one two-port subsystem. Namespace
@@ -31,13 +30,13 @@ func TestTick_RescanRunsForAMissingNamespaceWhoseTeardownIsRefused(t *testing.T)
 	r.k.AddTarget(shared)
 	vol1, vol2 := rec("vol-1", nqnA, "127.0.0.1", "127.0.0.2"), rec("vol-2", nqnA, "127.0.0.1", "127.0.0.2")
 	vol2.Context.NVMe.NSID = 2
-	r.recs = []volume.Record{vol1, vol2}
+	r.set(t, vol1, vol2)
 	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
 	head2, _, _ := r.k.Head(nqnA, 2)
 
 	r.k.SetNamespaceEnabled(nqnA, 2, false)
 	before := len(r.k.Calls())
-	rep := r.m.Tick(context.Background())
+	rep := r.tickStepping(t)
 	o := outcomeOf(t, rep, heal.NamespaceMissing)
 	if o.Verdict != heal.Refused || !strings.HasPrefix(o.Reason, "would leave co-tenants") || o.FirstStep != "rescan nvme1, nvme0: the defect remains" {
 		t.Fatalf("namespace disabled: %+v", o)
@@ -69,7 +68,7 @@ func TestTick_RescanRunsForAMissingNamespaceWhoseTeardownIsRefused(t *testing.T)
 	for range 15 {
 		r.clk.Step(time.Second)
 		r.k.Refresh()
-		rep = r.m.Tick(context.Background())
+		rep = r.tickStepping(t)
 		if len(rep.Outcomes) > 0 && rep.Outcomes[0].Verdict == heal.Repaired {
 			cured = rep.Outcomes[0]
 			break
@@ -101,4 +100,29 @@ func outcomeOf(t *testing.T, rep Report, k heal.Kind) heal.Outcome {
 	}
 	t.Fatalf("no %s outcome in %+v (defects %+v)", k, rep.Outcomes, rep.Defects)
 	return heal.Outcome{}
+}
+
+// tickStepping runs a tick while stepping the fake clock whenever the
+// tick waits on it (the rescan watches sysfs on the injected clock), in
+// 100 ms steps.
+func (r *rig) tickStepping(t *testing.T) Report {
+	t.Helper()
+	done := make(chan Report, 1)
+	go func() { done <- r.m.Tick(context.Background()) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case rep := <-done:
+			return rep
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("tick still running after 10 s")
+		}
+		if r.clk.HasWaiters() {
+			r.clk.Step(100 * time.Millisecond)
+			r.k.Refresh()
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -67,3 +67,15 @@ func (m *Monitor) checkStaged(recs []volume.Record, host *nvme.Host) []string {
 	slices.Sort(out)
 	return out
 }
+
+// stagedRecords returns the records of recs whose state is staged: an
+// attaching volume has no staged device yet, a detaching one is going.
+func stagedRecords(recs []volume.Record) []volume.Record {
+	var out []volume.Record
+	for _, r := range recs {
+		if r.State == volume.StateStaged {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pathmend/pathmend/pkg/heal"
-	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // captureLogs sends klog's output to the returned buffer for the test.
@@ -39,7 +38,7 @@ func TestTick_AlignsEachControllerOnce(t *testing.T) {
 		return strings.Count(logs.String(), `"Aligned a timeout with the staged volumes"`)
 	}
 	r := newRig(t, heal.ModeRepair, nil)
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
 	r.m.Tick(context.Background())
 	if n := count(); n != 6 {
@@ -68,7 +67,7 @@ func TestTick_AlignsEachControllerOnce(t *testing.T) {
 	}
 
 	obs := newRig(t, heal.ModeObserve, nil)
-	obs.recs = r.recs
+	obs.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	obs.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
 	before := count()
 	obs.m.Tick(context.Background())

@@ -37,3 +37,14 @@ func DeviceNumberOf(fsys sysfs.FS, d DeviceName) (volume.DeviceNumber, error) {
 	}
 	return volume.ParseDeviceNumber(s)
 }
+
+// OptionalDeviceNumberOf reads block/<d>/dev; zero when the attribute is
+// absent (a capture of an older tree), an error when it cannot be read or
+// parsed.
+func OptionalDeviceNumberOf(fsys sysfs.FS, d DeviceName) (volume.DeviceNumber, error) {
+	s, ok, err := fsys.ReadOptionalAttr("block/" + string(d) + "/dev")
+	if err != nil || !ok {
+		return volume.DeviceNumber{}, err
+	}
+	return volume.ParseDeviceNumber(s)
+}

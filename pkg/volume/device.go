@@ -136,10 +136,10 @@ func FindStagedDevice(rec Record, mounts []Mount, rdevOf func(path string) (Devi
 			return StagedDevice{Device: BlockDevice{Name: name, Number: n}, From: "the publication at " + p.TargetPath}, true
 		}
 	}
-	if rec.DeviceNumber.IsZero() {
+	if rec.DevNum.IsZero() {
 		return StagedDevice{}, false
 	}
-	return StagedDevice{Device: BlockDevice{Name: name, Number: rec.DeviceNumber}, From: "the record"}, true
+	return StagedDevice{Device: BlockDevice{Name: name, Number: rec.DevNum}, From: "the record"}, true
 }
 
 // ReasonStagedDeviceReplaced is the Condition reason of a volume whose

@@ -19,22 +19,22 @@ func TestDeviceNumber_ParseAndJSON(t *testing.T) {
 		}
 	}
 	// A record keeps the number as "259:3" and omits an unknown one.
-	b, err := json.Marshal(Record{VolumeID: "v", DeviceNumber: n})
-	if err != nil || !strings.Contains(string(b), `"deviceNumber":"259:3"`) {
+	b, err := json.Marshal(Record{VolumeID: "v", DevNum: n})
+	if err != nil || !strings.Contains(string(b), `"devNum":"259:3"`) {
 		t.Fatalf("marshal: %s, %v", b, err)
 	}
 	var back Record
-	if err := json.Unmarshal(b, &back); err != nil || back.DeviceNumber != n {
+	if err := json.Unmarshal(b, &back); err != nil || back.DevNum != n {
 		t.Fatalf("unmarshal: %+v, %v", back, err)
 	}
-	if b, _ := json.Marshal(Record{VolumeID: "v"}); strings.Contains(string(b), "deviceNumber") {
+	if b, _ := json.Marshal(Record{VolumeID: "v"}); strings.Contains(string(b), "devNum") {
 		t.Errorf("an unknown number is written: %s", b)
 	}
 }
 
 func TestFindStagedDevice(t *testing.T) {
-	fsRec := Record{VolumeID: "fs", AccessType: AccessMount, StagingPath: "/stage/fs", Device: "/dev/nvme0n2", DeviceNumber: DeviceNumber{259, 3}}
-	blkRec := Record{VolumeID: "blk", AccessType: AccessBlock, StagingPath: "/stage/blk", Device: "/dev/nvme0n2", DeviceNumber: DeviceNumber{259, 3},
+	fsRec := Record{VolumeID: "fs", AccessType: AccessMount, StagingPath: "/stage/fs", Device: "/dev/nvme0n2", DevNum: DeviceNumber{259, 3}}
+	blkRec := Record{VolumeID: "blk", AccessType: AccessBlock, StagingPath: "/stage/blk", Device: "/dev/nvme0n2", DevNum: DeviceNumber{259, 3},
 		Publications: []Publication{{TargetPath: "/pods/a/dev"}}}
 	mounts := []Mount{
 		{Path: "/", Source: "/dev/sda1", Number: DeviceNumber{8, 1}},
