@@ -25,7 +25,7 @@ type jobResult struct {
 // job is the work on one target with its lease. It re-reads the target's
 // records and sysfs under the lease and decides again: interrupted
 // intents first, then repair, then the missing paths of staged volumes
-// (optimized first). A volume that is attaching is protected as a
+// (optimized first), then the timeouts of their controllers. A volume that is attaching is protected as a
 // co-tenant but not reconnected (its NodeStage does that); one that is
 // detaching or gone is never reconnected. While a record that may be the
 // target's cannot be read, every teardown is refused with that reason.
@@ -100,6 +100,14 @@ func (m *Monitor) job(ctx context.Context, lease *intent.Lease) {
 
 	// 3, 4. reconcile optimized, then non-optimized, per staged volume in
 	// volume ID order.
+	byID := map[string]volume.Record{}
+	var stagedExps []nvme.Expectation
+	for _, r := range staged {
+		byID[r.VolumeID] = r
+		if e, ok := nvme.ExpectationFromRecord(r); ok {
+			stagedExps = append(stagedExps, e)
+		}
+	}
 	for _, r := range staged {
 		n := r.Context.NVMe
 		opt, others := nvme.OrderedEndpoints(n)
@@ -112,6 +120,15 @@ func (m *Monitor) job(ctx context.Context, lease *intent.Lease) {
 			}
 		}
 	}
+
+	// 5. align the staged volumes' controller timeouts, on a fresh read
+	// when this job changed the controllers.
+	if len(res.connects) > 0 || len(removed) > 0 {
+		if h, err := m.nvme.Read(); err == nil {
+			host = h
+		}
+	}
+	m.alignTimeouts(host, res.target.Name, stagedExps, byID)
 }
 
 // reconcile connects every endpoint of group that has no present

@@ -135,13 +135,10 @@ type Monitor struct {
 	// replaced are the volumes whose staged device series is set, so
 	// that an unstaged volume's series is deleted.
 	replaced map[string]bool
-	// timeoutConflicts are the controllers last logged as shared by
-	// volumes whose timeouts differ; aligned and heads are the
-	// controller instances and heads alignTimeouts has dealt with. Only
-	// the tick touches them.
-	timeoutConflicts string
-	aligned          map[nvme.ControllerName]aligned
-	heads            map[nvme.DeviceName]bool
+	// align is what jobs aligned of the staged volumes' timeouts;
+	// alignMu guards it (the tick plans from it, jobs write it).
+	alignMu sync.Mutex
+	align   alignment
 	// endpoints counts the distinct endpoints staged volumes list, per
 	// subsystem NQN, as of the last tick.
 	endpoints map[string]int
@@ -191,8 +188,8 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), reach: newReachability(),
 		nvme:   nvme.NewReader(deps.SysFS, nvme.ScopePaths),
 		status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{},
-		aligned: map[nvme.ControllerName]aligned{}, heads: map[nvme.DeviceName]bool{},
-		gate: heal.NewLogGate(0, deps.Clock.Now)}, nil
+		align: newAlignment(),
+		gate:  heal.NewLogGate(0, deps.Clock.Now)}, nil
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then

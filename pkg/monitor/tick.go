@@ -40,9 +40,8 @@ type Report struct {
 // Tick runs one pass: read the records and sysfs once → plan which
 // targets need work (interrupted intents, defects, missing paths of
 // staged volumes) → start one job per such target with its lease → read
-// the finished jobs → update status and metrics, align the staged
-// volumes' controller timeouts → iSCSI sessions → compare each staged
-// volume's device with its namespace's or LUN's.
+// the finished jobs → update status and metrics → iSCSI sessions →
+// compare each staged volume's device with its namespace's or LUN's.
 func (m *Monitor) Tick(ctx context.Context) Report {
 	start := m.deps.Clock.Now()
 	var rep Report
@@ -90,6 +89,7 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 		}
 		m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), counts)
 		m.planReconnects(idx, staged, need, notes, &rep)
+		m.planAlign(host, staged, byID, need)
 	} else {
 		m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), nil)
 	}
@@ -139,7 +139,6 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 		if idx != nil {
 			m.updateStatus(idx, staged, notes)
 			m.trackEndpoints(idx.Host(), staged)
-			m.alignTimeouts(idx.Host(), staged, byID)
 			host = idx.Host()
 		}
 	} else {

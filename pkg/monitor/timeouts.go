@@ -17,53 +17,57 @@ type aligned struct {
 	want    nvme.Timeouts
 }
 
-// alignTimeouts brings every present controller of a staged NVMe/TCP
-// volume to the volume's effective timeouts (its context's, else
-// pathmend's defaults; nvme.TimeoutsOf), and sets delayed_removal_secs of
-// its head where the kernel offers it. Linux 6.1 lets all three timeouts
-// change on a live controller, so a controller connected before — by an
-// older pathmend with the kernel's defaults, or by hand — stops being one
-// the kernel would give up on. Repair mode only: it changes the kernel's
-// settings. A controller shared by volumes whose timeouts differ is left
-// alone and logged once.
-//
-// The tick's read does not carry the timeouts (nvme.ScopePaths), and
-// nothing but a write changes them: each controller instance (name and
-// creation time) is read and aligned once, and again only when the
-// timeouts its volumes want change; each head is looked at once while it
-// exists.
-func (m *Monitor) alignTimeouts(host *nvme.Host, exps []nvme.Expectation, recs map[string]volume.Record) {
-	if m.deps.Policy.Mode() != heal.ModeRepair {
-		return
-	}
+// alignment is what the monitor remembers of the timeouts it aligned:
+// the controller instances and heads dealt with, and the controllers last
+// logged as shared by volumes whose timeouts differ, per subsystem. The
+// tick reads it to plan; jobs, one per target at a time, write it.
+type alignment struct {
+	aligned   map[nvme.ControllerName]aligned
+	heads     map[nvme.DeviceName]bool
+	conflicts map[string]string // subsystem NQN → controllers, joined
+}
+
+func newAlignment() alignment {
+	return alignment{aligned: map[nvme.ControllerName]aligned{}, heads: map[nvme.DeviceName]bool{}, conflicts: map[string]string{}}
+}
+
+// tuneTargets pairs each staged volume's expectation with its effective
+// timeouts (its context's, else pathmend's defaults; nvme.TimeoutsOf).
+func tuneTargets(exps []nvme.Expectation, recs map[string]volume.Record) []nvme.TuneTarget {
 	targets := make([]nvme.TuneTarget, 0, len(exps))
 	for _, e := range exps {
 		targets = append(targets, nvme.TuneTarget{Expectation: e, Timeouts: nvme.TimeoutsOf(recs[e.VolumeID].Context.NVMe)})
 	}
-	want, conflicts := nvme.ControllerTimeouts(host, targets)
-	seen := make(map[nvme.ControllerName]bool, len(want))
+	return targets
+}
+
+// planAlign marks, in repair mode, the subsystems of staged volumes with a
+// present controller not yet aligned with the timeouts its volumes want
+// (or aligned as another instance, or to other timeouts), or a head not
+// yet looked at: their job aligns them under the target's lease. It reads
+// only host (the tick's read, which does not carry the timeouts) and what
+// the monitor remembers; in a steady tick it marks nothing. It also
+// forgets the controllers and heads host no longer has.
+func (m *Monitor) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map[string]volume.Record, need map[volume.Target]bool) {
+	if m.deps.Policy.Mode() != heal.ModeRepair {
+		return
+	}
+	targets := tuneTargets(exps, recs)
+	want, _ := nvme.ControllerTimeouts(host, targets)
+	m.alignMu.Lock()
+	defer m.alignMu.Unlock()
 	for name, w := range want {
-		seen[name] = true
 		c, ok := host.Controller(name)
 		if !ok {
 			continue
 		}
-		if a, ok := m.aligned[name]; ok && a.created.Equal(c.CreatedAt) && a.want == w {
-			continue
-		}
-		tunes, err := nvme.TimeoutTunesOf(m.deps.SysFS, name, w)
-		if err != nil {
-			klog.V(2).InfoS("Could not read a controller's timeouts", "controller", name, "err", err)
-			continue
-		}
-		done := m.apply(tunes)
-		if done == len(tunes) {
-			m.aligned[name] = aligned{created: c.CreatedAt, want: w}
+		if a, ok := m.align.aligned[name]; !ok || !a.created.Equal(c.CreatedAt) || a.want != w {
+			need[volume.Target{Transport: volume.TransportNVMeTCP, Name: c.SubsysNQN}] = true
 		}
 	}
-	for name := range m.aligned {
-		if !seen[name] {
-			delete(m.aligned, name)
+	for name := range m.align.aligned {
+		if _, ok := want[name]; !ok {
+			delete(m.align.aligned, name)
 		}
 	}
 	heads := map[nvme.DeviceName]bool{}
@@ -72,28 +76,74 @@ func (m *Monitor) alignTimeouts(host *nvme.Host, exps []nvme.Expectation, recs m
 		if err != nil || loc.Namespace.Head == "" {
 			continue
 		}
-		head := loc.Namespace.Head
-		heads[head] = true
-		if m.heads[head] {
+		heads[loc.Namespace.Head] = true
+		if !m.align.heads[loc.Namespace.Head] {
+			need[volume.Target{Transport: volume.TransportNVMeTCP, Name: t.Expectation.NQN}] = true
+		}
+	}
+	for h := range m.align.heads {
+		if !heads[h] {
+			delete(m.align.heads, h)
+		}
+	}
+}
+
+// alignTimeouts, in a job with the lease of subsystem nqn, brings every
+// present controller of its staged volumes (exps) to the volumes'
+// effective timeouts, and sets delayed_removal_secs of their heads where
+// the kernel offers it. Linux 6.1 lets all three timeouts change on a live
+// controller, so a controller connected before — by an older pathmend with
+// the kernel's defaults, or by hand — stops being one the kernel would
+// give up on. Repair mode only: it changes the kernel's settings. A
+// controller shared by volumes whose timeouts differ is left alone and
+// logged once.
+//
+// Each controller instance (name and creation time) is read and aligned
+// once, and again only when the timeouts its volumes want change; each
+// head is looked at once while it exists.
+func (m *Monitor) alignTimeouts(host *nvme.Host, nqn string, exps []nvme.Expectation, recs map[string]volume.Record) {
+	if m.deps.Policy.Mode() != heal.ModeRepair {
+		return
+	}
+	targets := tuneTargets(exps, recs)
+	want, conflicts := nvme.ControllerTimeouts(host, targets)
+	m.alignMu.Lock()
+	defer m.alignMu.Unlock()
+	for name, w := range want {
+		c, ok := host.Controller(name)
+		if !ok || c.SubsysNQN != nqn {
 			continue
 		}
-		m.heads[head] = true
+		if a, ok := m.align.aligned[name]; ok && a.created.Equal(c.CreatedAt) && a.want == w {
+			continue
+		}
+		tunes, err := nvme.TimeoutTunesOf(m.deps.SysFS, name, w)
+		if err != nil {
+			klog.V(2).InfoS("Could not read a controller's timeouts", "controller", name, "err", err)
+			continue
+		}
+		if m.apply(tunes) == len(tunes) {
+			m.align.aligned[name] = aligned{created: c.CreatedAt, want: w}
+		}
+	}
+	for _, t := range targets {
+		loc, err := nvme.Locate(host, t.Expectation)
+		if err != nil || loc.Namespace.Head == "" || m.align.heads[loc.Namespace.Head] {
+			continue
+		}
+		head := loc.Namespace.Head
+		m.align.heads[head] = true
 		if tu, ok := nvme.DelayedRemovalTune(m.deps.SysFS, head); ok {
 			if m.apply([]nvme.Tune{tu}) != 1 {
-				delete(m.heads, head)
+				delete(m.align.heads, head)
 			}
 		}
 	}
-	for h := range m.heads {
-		if !heads[h] {
-			delete(m.heads, h)
-		}
-	}
-	if c := strings.Join(conflicts, ","); c != m.timeoutConflicts {
+	if c := strings.Join(conflicts, ","); c != m.align.conflicts[nqn] {
 		if c != "" {
-			klog.InfoS("Controllers shared by volumes whose timeouts differ keep theirs", "controllers", c)
+			klog.InfoS("Controllers shared by volumes whose timeouts differ keep theirs", "nqn", nqn, "controllers", c)
 		}
-		m.timeoutConflicts = c
+		m.align.conflicts[nqn] = c
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // captureLogs sends klog's output to the returned buffer for the test.
@@ -73,5 +74,32 @@ func TestTick_AlignsEachControllerOnce(t *testing.T) {
 	obs.m.Tick(context.Background())
 	if n := count(); n != before {
 		t.Errorf("observe mode aligned %d timeouts", n-before)
+	}
+}
+
+// Timeouts are written under the target's lease, like every other change
+// of the target: while an RPC holds it, nothing is aligned; the next tick
+// after it is released aligns.
+func TestTick_AlignsTimeoutsUnderTheTargetsLease(t *testing.T) {
+	logs := captureLogs(t)
+	count := func() int {
+		klog.Flush()
+		return strings.Count(logs.String(), `"Aligned a timeout with the staged volumes"`)
+	}
+	r := newRig(t, heal.ModeRepair, nil)
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
+	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
+	lease, err := r.owner.Lock(context.Background(), volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnA}, "NodeStageVolume vol-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := r.m.Tick(context.Background())
+	if n := count(); n != 0 || !contains(rep.Skipped, "nvme-tcp "+nqnA+": busy: NodeStageVolume vol-b") {
+		t.Fatalf("target held: %d timeouts aligned, skipped %v", n, rep.Skipped)
+	}
+	lease.Unlock()
+	r.m.Tick(context.Background())
+	if n := count(); n != 6 {
+		t.Errorf("target free: %d timeouts aligned, want 6", n)
 	}
 }
