@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+)
+
+// RPC is one CSI call pathmend logged (`--log-format=json -v=5`: the
+// interceptor's "RPC request" line, the request with secrets stripped, in
+// protobuf text format), with the error if it failed.
+type RPC struct {
+	Line     int // 1-based line of the request in the log
+	Time     string
+	Method   string // NodeStageVolume, NodePublishVolume, …
+	VolumeID string
+	Request  string
+	Error    string // from the matching "RPC failed" line, if any
+}
+
+// Field returns a string field of the request ("staging_target_path",
+// "target_path"), "" when absent.
+func (r RPC) Field(name string) string {
+	re := regexp.MustCompile(`(?:^|[\s{])` + regexp.QuoteMeta(name) + `:\s*"((?:[^"\\]|\\.)*)"`)
+	m := re.FindStringSubmatch(r.Request)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// readRPCs parses pathmend's JSON log. A failure is matched to the
+// latest earlier request of the same method and volume.
+func readRPCs(path string) ([]RPC, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var rpcs []RPC
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Bytes()
+		if len(line) == 0 || line[0] != '{' {
+			continue
+		}
+		var obj struct {
+			TS       string `json:"ts"`
+			Msg      string `json:"msg"`
+			Method   string `json:"method"`
+			VolumeID string `json:"volumeID"`
+			Request  string `json:"request"`
+			Err      string `json:"err"`
+			Error    string `json:"error"`
+		}
+		if json.Unmarshal(line, &obj) != nil {
+			continue
+		}
+		method := obj.Method[strings.LastIndexByte(obj.Method, '/')+1:]
+		switch obj.Msg {
+		case "RPC request":
+			r := RPC{Line: n, Time: obj.TS, Method: method, Request: obj.Request}
+			r.VolumeID = r.Field("volume_id")
+			rpcs = append(rpcs, r)
+		case "RPC failed":
+			msg := obj.Err
+			if msg == "" {
+				msg = obj.Error
+			}
+			for i := len(rpcs) - 1; i >= 0; i-- {
+				if rpcs[i].Method == method && rpcs[i].VolumeID == obj.VolumeID && rpcs[i].Error == "" {
+					rpcs[i].Error = msg
+					break
+				}
+			}
+		}
+	}
+	return rpcs, sc.Err()
+}
+
+// calls returns the calls of method on volumeID, in order.
+func calls(rpcs []RPC, method, volumeID string) []RPC {
+	var out []RPC
+	for _, r := range rpcs {
+		if r.Method == method && (volumeID == "" || r.VolumeID == volumeID) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
