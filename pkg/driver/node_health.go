@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -29,11 +28,12 @@ func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) Conditi
 }
 
 func healthEntries(c Condition) []*csi.VolumeHealth_VolumeHealthEntry {
+	msg := boundMessage(c.Message, maxHealthMessageBytes)
 	switch c.Status {
 	case Degraded:
-		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: c.Message}}
+		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: msg}}
 	case Inaccessible:
-		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: c.Message}}
+		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: msg}}
 	}
 	return nil
 }
@@ -72,7 +72,8 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 // NodeGetStorageHealth reports, per storage backend (an NVMe subsystem or
 // an iSCSI target) with a staged volume on this node, whether it is
 // degraded or unreachable from here. One entry per (status, reason), its
-// message naming the backends and volumes affected.
+// message naming the backends and volumes affected (within the 1024
+// bytes Kubernetes keeps: the volumes that do not fit are counted).
 func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
 	recs, err := d.deps.Store.List()
 	if err != nil && len(recs) == 0 {
@@ -112,7 +113,7 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		msgs := affected[k]
 		sort.Strings(msgs)
 		resp.BackendHealth = append(resp.BackendHealth, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{
-			Status: k.status, Reason: k.reason, Message: strings.Join(msgs, "; "),
+			Status: k.status, Reason: k.reason, Message: joinBounded(msgs),
 		})
 	}
 	return resp, nil

@@ -51,12 +51,16 @@ func prepareNode() error {
 	if err != nil {
 		return err
 	}
-	var enable []string
+	// One write per controller: the kernel stops at the first it refuses.
+	// kubelet needs cpu, cpuset, memory and pids; the others are optional.
 	for _, c := range strings.Fields(string(ctrls)) {
-		enable = append(enable, "+"+c)
-	}
-	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte(strings.Join(enable, " ")), 0o644); err != nil {
-		return fmt.Errorf("delegate cgroup controllers %s: %w", strings.TrimSpace(string(ctrls)), err)
+		err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+"+c), 0o644)
+		switch c {
+		case "cpu", "cpuset", "memory", "pids":
+			if err != nil {
+				return fmt.Errorf("delegate cgroup controller %s: %w", c, err)
+			}
+		}
 	}
 	if !hasAddress(nodeIP) {
 		if out, err := command("ip", "addr", "add", nodeIP+"/32", "dev", "lo"); err != nil {
