@@ -74,6 +74,19 @@ done
 rm -rf "$R"/usr/share/{doc,man,lintian,bash-completion,zsh} "$R"/lib/systemd "$R"/etc/init.d "$R"/etc/default
 # The v1 shims: containerd 1.6 starts io.containerd.runc.v2.
 rm -f "$R"/usr/bin/containerd-shim "$R"/usr/bin/containerd-shim-runc-v1
+# The base image has merged /usr (/bin, /sbin, /lib are symlinks into
+# /usr). The kernel replaces an existing entry of another type when it
+# unpacks a later archive, so a directory /lib in the layer would take
+# the base's /lib symlink, and every shared library with it: move such
+# trees under /usr and leave no empty directory behind.
+find "$R" -depth -mindepth 1 -type d -empty -delete
+for d in bin sbin lib lib64; do
+	if [ -d "$R/$d" ]; then
+		mkdir -p "$R/usr/$d"
+		cp -a "$R/$d/." "$R/usr/$d/"
+		rm -rf "${R:?}/$d"
+	fi
+done
 for b in usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/bin/ctr usr/sbin/runc usr/bin/etcd; do
 	[ -x "$R/$b" ] || lab_die "no $b in the unpacked packages"
 done
@@ -85,7 +98,8 @@ ln "$base/vmlinuz" "$OUT.tmp/vmlinuz" 2>/dev/null || cp "$base/vmlinuz" "$OUT.tm
 lab_step "Packing the layer and appending it to $(basename "$base")/initramfs.cpio"
 {
 	cat "$base/initramfs.cpio"
-	(cd "$R" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet)
+	# No "." entry: it would set the mode of / to the build directory's.
+	(cd "$R" && find . -mindepth 1 -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet)
 } >"$OUT.tmp/initramfs.cpio"
 t1=$(date +%s)
 {
