@@ -176,7 +176,7 @@ func (l *Lab) containerd() error {
 	}
 	for _, img := range []string{"pause.tar", "busybox.tar"} {
 		out, err := commandEnv([]string{"CONTAINERD_SNAPSHOTTER=native"}, "ctr", "--address", containerd, "-n", "k8s.io",
-			"images", "import", "--platform", "linux/amd64", filepath.Join(l.bin, img))
+			"images", "import", filepath.Join(l.bin, img))
 		if err != nil {
 			return fmt.Errorf("ctr images import %s: %v: %s", img, err, out)
 		}
@@ -200,14 +200,18 @@ func (l *Lab) pathmend() error {
 	if err := l.start("pathmend", l.pathmendArgs()...); err != nil {
 		return err
 	}
-	if err := l.wait(time.Minute, "pathmend's socket", func() (bool, error) {
+	err := l.wait(time.Minute, "pathmend's socket", func() (bool, error) {
 		_, err := os.Stat(csiSocket)
 		return err == nil, err
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	return l.start("labregistrar", filepath.Join(l.bin, "labregistrar"),
+	// Supervised like the DaemonSet's registrar container.
+	l.registrar, err = supervise("labregistrar", filepath.Join(l.out, "labregistrar.log"), 2*time.Second,
+		filepath.Join(l.bin, "labregistrar"),
 		"-csi-address="+csiSocket, "-kubelet-registration-path="+csiSocket, "-plugin-registration-path="+registryDir)
+	return err
 }
 
 func (l *Lab) kubelet() error {
@@ -222,7 +226,9 @@ func (l *Lab) kubelet() error {
 	}); err != nil {
 		return err
 	}
-	return l.wait(3*time.Minute, "pathmend in CSINode "+nodeName, l.driverRegistered)
+	err := l.wait(3*time.Minute, "pathmend in CSINode "+nodeName, l.driverRegistered)
+	l.note("registrar restarted %d times before kubelet accepted the registration", l.registrar.Restarts())
+	return err
 }
 
 // driverRegistered: kubelet called NodeGetInfo and recorded the driver.

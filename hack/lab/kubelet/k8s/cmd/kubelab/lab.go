@@ -24,6 +24,7 @@ type Lab struct {
 	pki                  *PKI
 	cs                   kubernetes.Interface
 	daemons              map[string]*Daemon
+	registrar            *Supervised
 	steps                []*Step
 	cur                  *Step
 	t0                   time.Time
@@ -146,7 +147,15 @@ func (l *Lab) Run() (err error) {
 // shutdown stops the daemons in reverse order of their dependencies and
 // tears the targets down.
 func (l *Lab) shutdown() {
-	for _, n := range []string{"kubelet", "labregistrar", "pathmend", "containerd", "kube-apiserver", "etcd"} {
+	if err := l.stop("kubelet", 20*time.Second); err != nil {
+		fmt.Printf("    %v\n", err)
+	}
+	if l.registrar != nil {
+		if err := l.registrar.Stop(10 * time.Second); err != nil {
+			fmt.Printf("    %v\n", err)
+		}
+	}
+	for _, n := range []string{"pathmend", "containerd", "kube-apiserver", "etcd"} {
 		if err := l.stop(n, 20*time.Second); err != nil {
 			fmt.Printf("    %v\n", err)
 		}

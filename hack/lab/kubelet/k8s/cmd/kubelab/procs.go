@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -167,4 +168,74 @@ func firstLine(s string) string {
 		return s[:i] + " …"
 	}
 	return s
+}
+
+// Supervised keeps a process running the way kubelet keeps a container
+// of a DaemonSet pod running (restartPolicy Always): when it exits it is
+// started again after a pause. node-driver-registrar relies on that: it
+// exits when kubelet refuses a registration (as kubelet does while its
+// CSINode object does not exist yet, early in its start) and registers
+// again from a fresh start.
+type Supervised struct {
+	name, log string
+	argv      []string
+	pause     time.Duration
+
+	mu       sync.Mutex
+	cur      *Daemon
+	restarts int
+	stopping bool
+	done     chan struct{}
+}
+
+func supervise(name, log string, pause time.Duration, argv ...string) (*Supervised, error) {
+	d, err := startDaemon(name, log, argv...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Supervised{name: name, log: log, argv: argv, pause: pause, cur: d, done: make(chan struct{})}
+	go s.loop()
+	return s, nil
+}
+
+func (s *Supervised) loop() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		d := s.cur
+		s.mu.Unlock()
+		<-d.done
+		time.Sleep(s.pause)
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return
+		}
+		nd, err := startDaemon(s.name, s.log, s.argv...)
+		if err != nil {
+			s.mu.Unlock()
+			return
+		}
+		s.cur = nd
+		s.restarts++
+		s.mu.Unlock()
+	}
+}
+
+// Restarts is how often the process was started again.
+func (s *Supervised) Restarts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts
+}
+
+// Stop ends the supervision and the process.
+func (s *Supervised) Stop(grace time.Duration) error {
+	s.mu.Lock()
+	s.stopping = true
+	d := s.cur
+	s.mu.Unlock()
+	err := d.Stop(grace)
+	<-s.done
+	return err
 }
