@@ -18,13 +18,13 @@ import (
 // repoRoot is the pathmend checkout this nested module lives in.
 const repoRoot = "../../../../../.."
 
-// Lines as `pathmend serve --log-format=json -v=5` writes them: protobuf
-// text with the randomized spacing of protobuf-go's String().
+// Lines as `pathmend serve --log-format=json -v=5` writes them (the
+// request is protosanitizer's JSON of the request, secrets stripped).
 const pathmendLog = `{"logger":"","ts":"2026-12-01T22:00:00.000000Z","caller":{"file":"interceptor.go","line":20},"level":4,"msg":"RPC","method":"/csi.v1.Node/NodeStageVolume","volumeID":"lab-nvme-ns1"}
-{"logger":"","ts":"2026-12-01T22:00:00.000100Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodeStageVolume","request":"volume_id:\"lab-nvme-ns1\"  staging_target_path:\"/var/lib/kubelet/plugins/kubernetes.io/csi/csi.pathmend.io/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef/globalmount\" volume_capability:{mount:{fs_type:\"ext4\"}}"}
+{"logger":"","ts":"2026-12-01T22:00:00.000100Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodeStageVolume","request":"{\"staging_target_path\":\"/var/lib/kubelet/plugins/kubernetes.io/csi/csi.pathmend.io/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef/globalmount\",\"volume_capability\":{\"AccessType\":{\"Mount\":{\"fs_type\":\"ext4\"}}},\"volume_id\":\"lab-nvme-ns1\",\"secrets\":\"***stripped***\"}"}
 not json at all
-{"logger":"","ts":"2026-12-01T22:00:01.000000Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodePublishVolume","request":"volume_id:\"lab-nvme-ns1\" staging_target_path:\"/s\" target_path:\"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/nvme-fs/mount\""}
-{"logger":"","ts":"2026-12-01T22:00:02.000000Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodeGetVolumeHealth","request":"volume_id:\"lab-nvme-ns2\" volume_publish_path:\"/p\""}
+{"logger":"","ts":"2026-12-01T22:00:01.000000Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodePublishVolume","request":"{\"staging_target_path\":\"/s\",\"target_path\":\"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/nvme-fs/mount\",\"volume_id\":\"lab-nvme-ns1\"}"}
+{"logger":"","ts":"2026-12-01T22:00:02.000000Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodeGetVolumeHealth","request":"{\"volume_id\":\"lab-nvme-ns2\",\"volume_publish_path\":\"/p\"}"}
 {"logger":"","ts":"2026-12-01T22:00:02.100000Z","caller":{"file":"interceptor.go","line":28},"msg":"RPC failed","error":"rpc error: code = NotFound desc = volume lab-nvme-ns2 is not staged or published at /p","method":"/csi.v1.Node/NodeGetVolumeHealth","volumeID":"lab-nvme-ns2"}
 `
 
@@ -185,5 +185,33 @@ func TestPKI_ServingCertificateVerifiesForTheNode(t *testing.T) {
 	}
 	if p.AdminToken == p.KubeletToken {
 		t.Error("two clients share a token")
+	}
+}
+
+func TestRPCFailures_NotFoundBeforeStagingIsNoFailure(t *testing.T) {
+	nf := "rpc error: code = NotFound desc = volume v is not staged on this node"
+	rpcs := []RPC{
+		{Method: "NodeGetVolumeHealth", VolumeID: "v", Error: nf},
+		{Method: "NodeStageVolume", VolumeID: "v"},
+		{Method: "NodeGetVolumeHealth", VolumeID: "v"},
+		{Method: "NodeUnstageVolume", VolumeID: "v"},
+		{Method: "NodeGetVolumeStats", VolumeID: "v", Error: nf},
+	}
+	l := newLab(t.TempDir(), t.TempDir())
+	l.cur = &Step{}
+	l.rpcFailures(rpcs, 0)
+	if len(l.cur.Failures) != 0 {
+		t.Errorf("failures %q, want none: the volume was not staged at either NotFound", l.cur.Failures)
+	}
+	staged := append(rpcs[:3:3], RPC{Method: "NodeGetVolumeHealth", VolumeID: "v", Error: nf}, RPC{Method: "NodePublishVolume", VolumeID: "v", Error: "rpc error: code = Internal desc = x"})
+	l.cur = &Step{}
+	l.rpcFailures(staged, 0)
+	if len(l.cur.Failures) != 2 {
+		t.Errorf("failures %q, want 2: NotFound for a staged volume and the failed publish", l.cur.Failures)
+	}
+	l.cur = &Step{}
+	l.rpcFailures(staged, len(staged))
+	if len(l.cur.Failures) != 0 {
+		t.Errorf("failures before `from` counted: %q", l.cur.Failures)
 	}
 }

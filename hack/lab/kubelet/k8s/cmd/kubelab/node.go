@@ -30,10 +30,20 @@ const (
 	pauseImage    = "localhost/pathmend-lab/pause:1"
 )
 
-// prepareNode makes the guest a node kubelet and containerd accept:
-// cgroup v2 mounted with the controllers kubelet needs delegated to its
-// children, the node address on lo, and the directories they expect.
+// nodeModules are the kernel modules docs/install.md has every node load
+// at boot: pathmend loads none itself.
+var nodeModules = []string{"nvme-tcp", "iscsi_tcp", "dm_multipath"}
+
+// prepareNode makes the guest a node kubelet, containerd and pathmend
+// accept: the kernel modules of docs/install.md, cgroup v2 mounted with
+// the controllers kubelet needs delegated to its children, the node
+// address on lo, and the directories they expect.
 func prepareNode() error {
+	for _, m := range nodeModules {
+		if out, err := command("modprobe", m); err != nil {
+			return fmt.Errorf("modprobe %s: %v: %s", m, err, out)
+		}
+	}
 	var st syscall.Statfs_t
 	if err := os.MkdirAll("/sys/fs/cgroup", 0o755); err != nil {
 		return err

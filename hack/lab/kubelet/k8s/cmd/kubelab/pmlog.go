@@ -4,13 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
-	"regexp"
 	"strings"
 )
 
 // RPC is one CSI call pathmend logged (`--log-format=json -v=5`: the
-// interceptor's "RPC request" line, the request with secrets stripped, in
-// protobuf text format), with the error if it failed.
+// interceptor's "RPC request" line, the request with secrets stripped, as
+// JSON), with the error if it failed.
 type RPC struct {
 	Line     int // 1-based line of the request in the log
 	Time     string
@@ -23,12 +22,12 @@ type RPC struct {
 // Field returns a string field of the request ("staging_target_path",
 // "target_path"), "" when absent.
 func (r RPC) Field(name string) string {
-	re := regexp.MustCompile(`(?:^|[\s{])` + regexp.QuoteMeta(name) + `:\s*"((?:[^"\\]|\\.)*)"`)
-	m := re.FindStringSubmatch(r.Request)
-	if m == nil {
+	var fields map[string]any
+	if json.Unmarshal([]byte(r.Request), &fields) != nil {
 		return ""
 	}
-	return m[1]
+	s, _ := fields[name].(string)
+	return s
 }
 
 // readRPCs parses pathmend's JSON log. A failure is matched to the
