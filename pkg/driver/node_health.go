@@ -40,7 +40,8 @@ func healthEntries(c Condition) []*csi.VolumeHealth_VolumeHealthEntry {
 
 // NodeGetVolumeHealth reports the path health of a staged volume: DEGRADED
 // when it runs below its expected paths, INACCESSIBLE when no path is
-// usable, no entry when healthy.
+// usable, no entry when healthy. The volume is the one volume_id names;
+// NotFound means it is not staged on this node.
 func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	volumeID := req.GetVolumeId()
 	if volumeID == "" {
@@ -53,15 +54,18 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	case err != nil:
 		return nil, internal(err, "read record of volume %s", volumeID)
 	}
+	// The paths say where the caller sees the volume; they do not select
+	// it, so they are checked for form only. The spec answers NOT_FOUND
+	// only for a volume that does not exist on the node, and kubelet's
+	// volume health manager sends, for a raw block volume, its own global
+	// map directory (plugins/kubernetes.io/csi/volumeDevices/<pv>/dev) as
+	// staging_target_path and no publish path: a lookup by path would
+	// hide the health of every block volume from kubelet.
 	for field, p := range map[string]string{"volume_publish_path": req.GetVolumePublishPath(), "staging_target_path": req.GetStagingTargetPath()} {
 		if p == "" {
 			continue
 		}
-		clean, err := checkPath(field, p)
-		if err != nil {
-			return nil, err
-		}
-		if _, _, err := d.lookupVolumeAt(volumeID, clean); err != nil {
+		if _, err := checkPath(field, p); err != nil {
 			return nil, err
 		}
 	}
