@@ -9,10 +9,10 @@ import (
 // maxHealthMessageBytes is the longest message Kubernetes keeps in a
 // volume or storage health condition: kubelet copies the message of each
 // NodeGetVolumeHealth and NodeGetStorageHealth entry verbatim into the
-// pod's status.volumeHealth and into CSINode's status.storageHealth, and
-// the API server rejects the whole status update when one is longer
-// (PodVolumeHealth and StorageHealthCondition validation, 1024 bytes).
-// One long message would then hide every condition of the node.
+// pod's status.volumeHealth and into CSINode's status.storageHealth.
+// CSINode validation refuses a longer storage health message, and with
+// it kubelet's whole update, hiding every condition of the node; the pod
+// API declares the same 1024-byte bound for a volume health message.
 const maxHealthMessageBytes = 1024
 
 // cutMark ends a message that was cut short.
