@@ -23,6 +23,7 @@ const repoRoot = "../../../../../.."
 const pathmendLog = `{"logger":"","ts":"2026-12-01T22:00:00.000000Z","caller":{"file":"interceptor.go","line":20},"level":4,"msg":"RPC","method":"/csi.v1.Node/NodeStageVolume","volumeID":"lab-nvme-ns1"}
 {"logger":"","ts":"2026-12-01T22:00:00.000100Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodeStageVolume","request":"{\"staging_target_path\":\"/var/lib/kubelet/plugins/kubernetes.io/csi/csi.pathmend.io/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef/globalmount\",\"volume_capability\":{\"AccessType\":{\"Mount\":{\"fs_type\":\"ext4\"}}},\"volume_id\":\"lab-nvme-ns1\",\"secrets\":\"***stripped***\"}"}
 not json at all
+{"logger":"","ts":"2026-12-01T22:00:00.900000Z","caller":{"file":"node_stage.go","line":122},"level":2,"msg":"Staged volume","volumeID":"lab-nvme-ns1","stagingPath":"/s","accessType":"mount","fsType":"ext4","device":"/dev/nvme0n1"}
 {"logger":"","ts":"2026-12-01T22:00:01.000000Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodePublishVolume","request":"{\"staging_target_path\":\"/s\",\"target_path\":\"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/nvme-fs/mount\",\"volume_id\":\"lab-nvme-ns1\"}"}
 {"logger":"","ts":"2026-12-01T22:00:02.000000Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodeGetVolumeHealth","request":"{\"volume_id\":\"lab-nvme-ns2\",\"volume_publish_path\":\"/p\"}"}
 {"logger":"","ts":"2026-12-01T22:00:02.100000Z","caller":{"file":"interceptor.go","line":28},"msg":"RPC failed","error":"rpc error: code = NotFound desc = volume lab-nvme-ns2 is not staged or published at /p","method":"/csi.v1.Node/NodeGetVolumeHealth","volumeID":"lab-nvme-ns2"}
@@ -40,6 +41,12 @@ func TestReadRPCs_RequestsWithTheirFailures(t *testing.T) {
 	type got struct{ Method, VolumeID, Staging, Target, Error string }
 	var gs []got
 	for _, r := range rpcs {
+		if r.Event {
+			if r.Method != "Staged volume" || r.VolumeID != "lab-nvme-ns1" {
+				t.Errorf("event %+v, want lab-nvme-ns1 staged", r)
+			}
+			continue
+		}
 		gs = append(gs, got{r.Method, r.VolumeID, r.Field("staging_target_path"), r.Field("target_path"), r.Error})
 	}
 	want := []got{
@@ -193,8 +200,12 @@ func TestRPCFailures_NotFoundBeforeStagingIsNoFailure(t *testing.T) {
 	rpcs := []RPC{
 		{Method: "NodeGetVolumeHealth", VolumeID: "v", Error: nf},
 		{Method: "NodeStageVolume", VolumeID: "v"},
+		// Asked while the stage runs: pathmend has no record yet.
+		{Method: "NodeGetVolumeHealth", VolumeID: "v", Error: nf},
+		{Event: true, Method: "Staged volume", VolumeID: "v"},
 		{Method: "NodeGetVolumeHealth", VolumeID: "v"},
 		{Method: "NodeUnstageVolume", VolumeID: "v"},
+		{Event: true, Method: "Unstaged volume", VolumeID: "v"},
 		{Method: "NodeGetVolumeStats", VolumeID: "v", Error: nf},
 	}
 	l := newLab(t.TempDir(), t.TempDir())
@@ -203,7 +214,7 @@ func TestRPCFailures_NotFoundBeforeStagingIsNoFailure(t *testing.T) {
 	if len(l.cur.Failures) != 0 {
 		t.Errorf("failures %q, want none: the volume was not staged at either NotFound", l.cur.Failures)
 	}
-	staged := append(rpcs[:3:3], RPC{Method: "NodeGetVolumeHealth", VolumeID: "v", Error: nf}, RPC{Method: "NodePublishVolume", VolumeID: "v", Error: "rpc error: code = Internal desc = x"})
+	staged := append(rpcs[:5:5], RPC{Method: "NodeGetVolumeHealth", VolumeID: "v", Error: nf}, RPC{Method: "NodePublishVolume", VolumeID: "v", Error: "rpc error: code = Internal desc = x"})
 	l.cur = &Step{}
 	l.rpcFailures(staged, 0)
 	if len(l.cur.Failures) != 2 {

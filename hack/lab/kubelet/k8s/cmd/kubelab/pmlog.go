@@ -11,6 +11,9 @@ import (
 // interceptor's "RPC request" line, the request with secrets stripped, as
 // JSON), with the error if it failed.
 type RPC struct {
+	// Event marks not a call but pathmend's own record of one that
+	// finished: Method is "Staged volume" or "Unstaged volume".
+	Event    bool
 	Line     int // 1-based line of the request in the log
 	Time     string
 	Method   string // NodeStageVolume, NodePublishVolume, …
@@ -66,13 +69,15 @@ func readRPCs(path string) ([]RPC, error) {
 			r := RPC{Line: n, Time: obj.TS, Method: method, Request: obj.Request}
 			r.VolumeID = r.Field("volume_id")
 			rpcs = append(rpcs, r)
+		case "Staged volume", "Unstaged volume":
+			rpcs = append(rpcs, RPC{Event: true, Line: n, Time: obj.TS, Method: obj.Msg, VolumeID: obj.VolumeID})
 		case "RPC failed":
 			msg := obj.Err
 			if msg == "" {
 				msg = obj.Error
 			}
 			for i := len(rpcs) - 1; i >= 0; i-- {
-				if rpcs[i].Method == method && rpcs[i].VolumeID == obj.VolumeID && rpcs[i].Error == "" {
+				if !rpcs[i].Event && rpcs[i].Method == method && rpcs[i].VolumeID == obj.VolumeID && rpcs[i].Error == "" {
 					rpcs[i].Error = msg
 					break
 				}
@@ -86,7 +91,7 @@ func readRPCs(path string) ([]RPC, error) {
 func calls(rpcs []RPC, method, volumeID string) []RPC {
 	var out []RPC
 	for _, r := range rpcs {
-		if r.Method == method && (volumeID == "" || r.VolumeID == volumeID) {
+		if !r.Event && r.Method == method && (volumeID == "" || r.VolumeID == volumeID) {
 			out = append(out, r)
 		}
 	}

@@ -272,18 +272,17 @@ func (l *Lab) kubeletPaths(pods []string, handles map[string]string) error {
 
 // rpcFailures fails the step for every call after the first `from`
 // entries that pathmend answered with an error, except NotFound for the
-// health or stats of a volume not staged at that moment: kubelet probes a
-// volume as soon as it attempts to mount it, and NotFound is the answer
+// health or stats of a volume not staged at that moment (between
+// pathmend's "Staged volume" and "Unstaged volume" lines): kubelet probes
+// a volume as soon as it starts to mount it, and NotFound is the answer
 // the CSI spec asks for then. Those are counted in a note.
 func (l *Lab) rpcFailures(rpcs []RPC, from int) {
 	staged := map[string]bool{}
 	early := 0
 	for i, r := range rpcs {
-		switch {
-		case r.Method == "NodeStageVolume" && r.Error == "":
-			staged[r.VolumeID] = true
-		case r.Method == "NodeUnstageVolume" && r.Error == "":
-			staged[r.VolumeID] = false
+		if r.Event {
+			staged[r.VolumeID] = r.Method == "Staged volume"
+			continue
 		}
 		if i < from || r.Error == "" {
 			continue
@@ -304,7 +303,9 @@ func (l *Lab) rpcFailures(rpcs []RPC, from int) {
 func countByMethod(rpcs []RPC) string {
 	n := map[string]int{}
 	for _, r := range rpcs {
-		n[r.Method]++
+		if !r.Event {
+			n[r.Method]++
+		}
 	}
 	var keys []string
 	for k := range n {
