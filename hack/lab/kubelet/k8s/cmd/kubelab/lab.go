@@ -25,6 +25,7 @@ type Lab struct {
 	cs                   kubernetes.Interface
 	daemons              map[string]*Daemon
 	registrar            *Supervised
+	unstageable          map[string]bool // volume IDs whose NodeStage is meant to fail
 	steps                []*Step
 	cur                  *Step
 	t0                   time.Time
@@ -44,7 +45,7 @@ type Step struct {
 func newLab(share, run string) *Lab {
 	return &Lab{
 		share: share, out: filepath.Join(share, "out"), bin: filepath.Join(share, "bin"), run: run,
-		sh: Shell{Lab: share}, daemons: map[string]*Daemon{}, t0: time.Now(),
+		sh: Shell{Lab: share}, daemons: map[string]*Daemon{}, unstageable: map[string]bool{}, t0: time.Now(),
 	}
 }
 

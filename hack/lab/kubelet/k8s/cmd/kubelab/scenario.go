@@ -21,6 +21,9 @@ import (
 // session can be driven into the stuck state of open-iscsi #387.
 const (
 	nqn      = "nqn.2024-01.io.pathmend.lab:kube"
+	// emptyNQN is a subsystem that exports no namespace: a volume on it
+	// cannot be staged.
+	emptyNQN = "nqn.2024-01.io.pathmend.lab:kube-empty"
 	iqn      = "iqn.2024-01.io.pathmend.lab:kube"
 	nvmeA    = "127.0.0.1:4420"
 	nvmeB    = "127.0.0.1:4421"
@@ -44,6 +47,11 @@ func labVolumes() []Volume {
 			Example: "nvme-tcp-pv.yaml", Attributes: nvme("1")},
 		{Name: "nvme-block", Handle: "lab-nvme-ns2", Mode: corev1.PersistentVolumeBlock,
 			Example: "nvme-tcp-pv.yaml", Attributes: nvme("2")},
+		{Name: "nvme-empty", Handle: "lab-nvme-empty-ns1", Mode: corev1.PersistentVolumeFilesystem, FSType: "ext4",
+			Example: "nvme-tcp-pv.yaml", Attributes: map[string]string{
+				"transport": "nvme-tcp", "nqn": emptyNQN, "endpoints": nvmeA + "," + nvmeB,
+				"optimizedEndpoints": nvmeA, "nsid": "1",
+			}},
 		{Name: "iscsi-fs", Handle: "lab-iscsi-lun0", Mode: corev1.PersistentVolumeFilesystem, FSType: "xfs",
 			Example: "iscsi-pv.yaml", Attributes: map[string]string{
 				"transport": "iscsi", "iqn": iqn, "portals": portalA + "," + proxied,
@@ -62,7 +70,8 @@ var (
 	podNVMeBlock = "writer-nvme-block"
 	podISCSI     = "writer-iscsi"
 	podNVMeFS2   = "writer-nvme-fs-2"
-	podVolume    = map[string]string{podNVMeFS: "nvme-fs", podNVMeBlock: "nvme-block", podISCSI: "iscsi-fs", podNVMeFS2: "nvme-fs"}
+	podNVMeEmpty = "writer-nvme-empty"
+	podVolume    = map[string]string{podNVMeFS: "nvme-fs", podNVMeBlock: "nvme-block", podISCSI: "iscsi-fs", podNVMeFS2: "nvme-fs", podNVMeEmpty: "nvme-empty"}
 )
 
 func (l *Lab) scenario() error {
@@ -76,7 +85,7 @@ func (l *Lab) scenario() error {
 		fn   func() error
 	}{
 		{"targets: nvmet (2 ports, 2 namespaces), LIO (2 portals, CHAP, flaky proxy), iscsid, multipathd", l.targets},
-		{"API objects: CSIDriver, secret, 3 PVs and PVCs pre-bound", func() error { return l.createObjects(vols) }},
+		{"API objects: CSIDriver, secret, 4 PVs and PVCs pre-bound", func() error { return l.createObjects(vols) }},
 		{"3 pods Running (NVMe fs, NVMe raw block, iSCSI fs)", func() error {
 			return l.startPods(map[string]bool{podNVMeFS: false, podNVMeBlock: true, podISCSI: false})
 		}},
@@ -91,6 +100,9 @@ func (l *Lab) scenario() error {
 		{"a second pod on the NVMe filesystem PVC", func() error { return l.secondPod(handles["nvme-fs"]) }},
 		{"kubelet restarted with 4 pods running: reconstruction, pathmend still used", l.kubeletRestart},
 		{"after the restart: an NVMe path lost and back, reported through the new kubelet", l.nvmeBlip},
+		{"a pod whose volume cannot be staged (no namespace), deleted: kubelet unstages the uncertain mount, nothing left", func() error {
+			return l.stageFails(handles["nvme-empty"])
+		}},
 		{"pods deleted: kubelet unpublishes and unstages", func() error { return l.deletePods(handles) }},
 		{"node clean: no controller, session, node record, map, mount or pathmend record left", l.nodeClean},
 	}
@@ -105,6 +117,7 @@ func (l *Lab) scenario() error {
 func (l *Lab) targets() error {
 	_, err := l.sh.Run(3*time.Minute, fmt.Sprintf(`
 nvme_two_port_target %[1]q 2
+nvme_two_port_target %[6]q 0
 lio_target_create %[2]q 1
 dev=$(lab_loop_create kube-lun0 512)
 lio_backstore_iblock kube-lun0 "$dev"
@@ -116,7 +129,7 @@ lio_tpg_enable %[2]q 1
 flakyproxy_start %[5]q 127.0.0.2:3260
 iscsid_foreground
 multipathd_start
-`, nqn, iqn, chapUser, chapPassword, proxied))
+`, nqn, iqn, chapUser, chapPassword, proxied, emptyNQN))
 	return err
 }
 
@@ -286,6 +299,9 @@ func (l *Lab) rpcFailures(rpcs []RPC, from int) {
 		}
 		if i < from || r.Error == "" {
 			continue
+		}
+		if r.Method == "NodeStageVolume" && l.unstageable[r.VolumeID] {
+			continue // its failure is the point (stageFails)
 		}
 		if (r.Method == "NodeGetVolumeHealth" || r.Method == "NodeGetVolumeStats") &&
 			strings.Contains(r.Error, "code = NotFound") && !staged[r.VolumeID] {
@@ -627,7 +643,10 @@ func (l *Lab) deletePods(handles map[string]string) error {
 		if err != nil {
 			return false, err
 		}
-		for _, h := range handles {
+		for pv, h := range handles {
+			if pv == "nvme-empty" {
+				continue // unstaged in its own step
+			}
 			if len(calls(rpcs[len(before):], "NodeUnstageVolume", h)) == 0 {
 				return false, nil
 			}
@@ -653,9 +672,9 @@ func (l *Lab) nodeClean() error {
 	err := l.wait(2*time.Minute, "the kernel to drop the volumes' controllers and sessions", func() (bool, error) {
 		out, err := l.sh.Run(30*time.Second, fmt.Sprintf(`
 left=
-for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = %q ] && left="$left controller:$(basename "$c")"; done
+for c in /sys/class/nvme/nvme*; do case $(cat "$c/subsysnqn" 2>/dev/null) in %q|%q) left="$left controller:$(basename "$c")" ;; esac; done
 for s in /sys/class/iscsi_session/session*; do [ "$(cat "$s/targetname" 2>/dev/null)" = %q ] && left="$left session:$(basename "$s")"; done
-echo "$left"`, nqn, iqn))
+echo "$left"`, nqn, emptyNQN, iqn))
 		return err == nil && strings.TrimSpace(out) == "", err
 	})
 	if err != nil {
@@ -680,4 +699,90 @@ echo "$left"`, nqn, iqn))
 	}
 	l.note("no controller of %s, no session to %s, no node record, no multipath map, no CSI mount, no record in /var/lib/pathmend", nqn, iqn)
 	return nil
+}
+
+// stageFails: a pod on a volume whose subsystem exports no namespace.
+// pathmend's NodeStage connects, finds no namespace, repairs once, fails
+// and detaches what it attached; kubelet retries. The pod is deleted
+// while its mount is uncertain: kubelet calls NodeUnstage for it, pathmend
+// answers OK, and no controller of the subsystem is left.
+func (l *Lab) stageFails(handle string) error {
+	l.unstageable[handle] = true
+	before, err := l.rpcs()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := l.ctx()
+	_, err = l.cs.CoreV1().Pods(workloadNamespace).Create(ctx, writerPod(podNVMeEmpty, podVolume[podNVMeEmpty], false), metav1.CreateOptions{})
+	cancel()
+	if err != nil {
+		return err
+	}
+	var failed RPC
+	if err := l.wait(4*time.Minute, "a failed NodeStageVolume of "+handle, func() (bool, error) {
+		rpcs, err := l.rpcs()
+		if err != nil {
+			return false, err
+		}
+		for _, r := range calls(rpcs[len(before):], "NodeStageVolume", handle) {
+			if r.Error != "" {
+				failed = r
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return err
+	}
+	l.note("NodeStageVolume %s failed as it should: %s", handle, failed.Error)
+	p, err := l.pod(podNVMeEmpty)
+	if err != nil {
+		return err
+	}
+	l.check(p.Status.Phase == corev1.PodPending, "%s is %s, want Pending", podNVMeEmpty, p.Status.Phase)
+	t0 := time.Now()
+	ctx, cancel = l.ctx()
+	err = l.cs.CoreV1().Pods(workloadNamespace).Delete(ctx, podNVMeEmpty, metav1.DeleteOptions{})
+	cancel()
+	if err != nil {
+		return err
+	}
+	var unstage RPC
+	if err := l.wait(5*time.Minute, "kubelet's NodeUnstageVolume of "+handle, func() (bool, error) {
+		rpcs, err := l.rpcs()
+		if err != nil {
+			return false, err
+		}
+		us := calls(rpcs[len(before):], "NodeUnstageVolume", handle)
+		if len(us) == 0 {
+			return false, nil
+		}
+		unstage = us[len(us)-1]
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	l.check(unstage.Error == "", "NodeUnstageVolume %s after a failed stage: %s", handle, unstage.Error)
+	l.note("kubelet called NodeUnstageVolume for the uncertain mount %.1fs after the delete (staging_target_path=%s): %s",
+		time.Since(t0).Seconds(), unstage.Field("staging_target_path"), map[bool]string{true: "OK", false: unstage.Error}[unstage.Error == ""])
+	after, err := l.rpcs()
+	if err != nil {
+		return err
+	}
+	stages := calls(after[len(before):], "NodeStageVolume", handle)
+	l.note("NodeStageVolume of %s: %d attempts, every one failed: %v", handle, len(stages), allFailed(stages))
+	out, err := l.sh.Run(time.Minute, fmt.Sprintf(`lab_wait 30 "no controller of %[1]s" sh -c 'for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = %[1]q ] && exit 1; done; exit 0'`, emptyNQN))
+	l.check(err == nil, "controllers of %s left after the failed stages: %v %s", emptyNQN, err, out)
+	recs, _ := filepath.Glob("/var/lib/pathmend/volumes/*.json")
+	l.note("no controller of %s left; %d pathmend records (the volumes still in use)", emptyNQN, len(recs))
+	return nil
+}
+
+func allFailed(rs []RPC) bool {
+	for _, r := range rs {
+		if r.Error == "" {
+			return false
+		}
+	}
+	return len(rs) > 0
 }
