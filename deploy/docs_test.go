@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -239,5 +242,26 @@ func TestDocs_OperationsVolumeContextTable(t *testing.T) {
 		if !seen[key] {
 			t.Errorf("operations.md does not list %s", key)
 		}
+	}
+}
+
+// TestDocs_ReasonClassesAreTheCode: the reason classes table of
+// docs/metrics.md is heal.Classes() (which pkg/heal's tests pin to the
+// Class constants in its source), in order, with each meaning; and
+// docs/operations.md names every class.
+func TestDocs_ReasonClassesAreTheCode(t *testing.T) {
+	var got, want [][2]string
+	for _, row := range tableRows(t, readDoc(t, "../docs/metrics.md"), "## Reason classes") {
+		got = append(got, [2]string{strings.Trim(row[0], "`"), row[1]})
+	}
+	ops := readDoc(t, "../docs/operations.md")
+	for _, c := range heal.Classes() {
+		want = append(want, [2]string{string(c), c.Meaning()})
+		if !strings.Contains(ops, "`"+string(c)+"`") {
+			t.Errorf("operations.md does not name the reason class %s", c)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("metrics.md reason classes (-code +doc):\n%s", diff)
 	}
 }

@@ -52,14 +52,14 @@ func serveFlags(t *testing.T) map[string]string {
 			serveFlagsErr = "build pathmend: " + err.Error() + "\n" + string(out)
 			return
 		}
-		var stderr bytes.Buffer
-		cmd := exec.Command(bin, "serve", "-h")
-		cmd.Stderr = &stderr
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(bin, "serve", "--help")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
-			serveFlagsErr = "pathmend serve -h: " + err.Error() + "\n" + stderr.String()
+			serveFlagsErr = "pathmend serve --help: " + err.Error() + "\n" + stderr.String()
 			return
 		}
-		serveFlagsMap = parseUsage(stderr.String())
+		serveFlagsMap = parseUsage(stdout.String())
 	})
 	if serveFlagsErr != "" {
 		t.Fatal(serveFlagsErr)
@@ -68,13 +68,14 @@ func serveFlags(t *testing.T) map[string]string {
 }
 
 var (
-	usageFlag    = regexp.MustCompile(`^  -(\S+)`)
-	usageDefault = regexp.MustCompile(`\(default "?(.*?)"?\)$`)
+	usageFlag    = regexp.MustCompile(`^  --?(\S+)`)
+	usageDefault = regexp.MustCompile(`\(default: (.*)\)$`)
 )
 
-// parseUsage reads Go's flag.PrintDefaults output: "  -name type" lines,
-// each followed by an indented description that may end in
-// `(default "x")`.
+// parseUsage reads the flags of `pathmend serve --help`: "  --name type"
+// lines (one dash for a one-letter flag), each followed by an indented
+// description whose last line may end in "(default: x)". Hidden flags
+// are not listed, so they are not found.
 func parseUsage(usage string) map[string]string {
 	fl := map[string]string{}
 	var last string
@@ -94,9 +95,9 @@ func parseUsage(usage string) map[string]string {
 }
 
 func TestParseUsage(t *testing.T) {
-	got := parseUsage("Usage of serve:\n  -driver-name string\n    \tCSI driver name (default \"csi.pathmend.io\")\n" +
-		"  -attach-timeout duration\n    \thow long (default 15s)\n  -logtostderr\n    \tlog to standard error\n")
-	want := map[string]string{"driver-name": "csi.pathmend.io", "attach-timeout": "15s", "logtostderr": ""}
+	got := parseUsage("Usage:\n  pathmend serve [flags]\n\nCSI flags:\n  --driver-name string\n        CSI driver name (default: csi.pathmend.io)\n" +
+		"  --attach-timeout duration\n        how long NodeStage waits for a namespace after connecting\n        (default: 15s)\n  -v N\n        log verbosity\n")
+	want := map[string]string{"driver-name": "csi.pathmend.io", "attach-timeout": "15s", "v": ""}
 	if !equalMaps(got, want) {
 		t.Errorf("parseUsage = %v, want %v", got, want)
 	}

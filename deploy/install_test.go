@@ -108,6 +108,9 @@ func TestInstall_PodRunsOnEveryNodeInTheHostNamespaces(t *testing.T) {
 		if p.PriorityClassName != "system-node-critical" {
 			t.Errorf("priorityClassName %q, want system-node-critical", p.PriorityClassName)
 		}
+		if got := p.NodeSelector[corev1.LabelOSStable]; got != "linux" || len(p.NodeSelector) != 1 {
+			t.Errorf("nodeSelector %v, want only %s: linux (the image and sysfs, nvme-fabrics, iscsiadm are Linux only)", p.NodeSelector, corev1.LabelOSStable)
+		}
 		if !slices.ContainsFunc(p.Tolerations, func(tl corev1.Toleration) bool {
 			return tl.Key == "" && tl.Operator == corev1.TolerationOpExists && tl.Effect == ""
 		}) {

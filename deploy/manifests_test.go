@@ -14,6 +14,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/pathmend/pathmend/internal/testneed"
 )
 
 // TestManifests_DecodeStrictly decodes every document of every YAML file
@@ -106,10 +108,7 @@ func TestRender_AppliesPatchesByMergeKey(t *testing.T) {
 // TestRender_MatchesKubectlKustomize compares the renderer with `kubectl
 // kustomize` where kubectl is installed, object by object.
 func TestRender_MatchesKubectlKustomize(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not installed; the renderer is checked by the other tests only")
-	}
+	kubectl := testneed.Tools(t, nil, "kubectl")[0]
 	for _, dir := range kustomizationDirs(t) {
 		t.Run(dir, func(t *testing.T) {
 			out, err := exec.Command(kubectl, "kustomize", dir).Output()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pathmend/pathmend/internal/testneed"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/metrics"
 )
@@ -76,7 +77,7 @@ var scrapeLabels = []string{"instance", "job", "namespace", "pod", "container", 
 
 // closedLabels are labels whose values pathmend takes from a fixed set; an
 // alert matching another value would never fire.
-var closedLabels = []string{"state", "verdict"}
+var closedLabels = []string{"state", "verdict", "reason"}
 
 // metricFamily is what an alert may select from one of pathmend's metrics.
 type metricFamily struct {
@@ -96,12 +97,17 @@ func pathmendMetrics(t *testing.T) map[string]metricFamily {
 	m.SetDefects("nvme-tcp", map[heal.Kind]int{heal.NoNamespace: 1})
 	var outs []heal.Outcome
 	for _, v := range []heal.Verdict{heal.Repaired, heal.Observed, heal.Deferred, heal.Refused, heal.Failed} {
-		outs = append(outs, heal.Outcome{Defect: heal.Defect{Kind: heal.NoNamespace, Scope: heal.ScopeSubsystem}, Verdict: v, Reason: "reason: detail"})
+		for _, c := range heal.Classes() {
+			outs = append(outs, heal.Outcome{Defect: heal.Defect{Kind: heal.NoNamespace, Scope: heal.ScopeSubsystem}, Verdict: v, Class: c, Reason: "reason: detail"})
+		}
 	}
 	m.ObserveOutcomes("nvme-tcp", outs)
 	m.ObserveSessionRecovery("logout_login", "failed")
 	m.ObserveTick(time.Millisecond, time.Now())
 	m.ProcessStarted()
+	m.SetUnreadableRecords(1)
+	m.ObserveIntent("attaching", "rolled back")
+	m.ObserveIntent("detaching", "failed")
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -261,10 +267,7 @@ func headingAnchors(md string) map[string]bool {
 // unit tests in testdata/alerts.promtest.yaml (series in, alerts out),
 // where promtool is installed.
 func TestAlerts_PromtoolRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed (Debian package prometheus); the expressions are checked by the other tests only")
-	}
+	promtool := testneed.Tools(t, map[string]string{"promtool": "prometheus"}, "promtool")[0]
 	dir := t.TempDir()
 	rules, err := yaml.Marshal(map[string]any{"groups": loadAlerts(t).Spec.Groups})
 	if err != nil {
@@ -322,5 +325,33 @@ func TestPodMonitor_ScrapesThePlugin(t *testing.T) {
 	}
 	if !node {
 		t.Error("no relabeling to a node label; the alerts name the node with it")
+	}
+}
+
+var reasonValueRE = regexp.MustCompile(`\breason(?:="|: )([^"\n]*)`)
+
+// TestAlerts_ReasonValuesAreClasses: every reason an alert rule or its
+// promtool test names is a class the code emits (heal.Classes), so the
+// tests feed series pathmend can produce.
+func TestAlerts_ReasonValuesAreClasses(t *testing.T) {
+	classes := map[string]bool{}
+	for _, c := range heal.Classes() {
+		classes[string(c)] = true
+	}
+	n := 0
+	for _, f := range []string{"examples/prometheusrule.yaml", "testdata/alerts.promtest.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range reasonValueRE.FindAllStringSubmatch(string(b), -1) {
+			n++
+			if !classes[m[1]] {
+				t.Errorf("%s: reason %q is not a reason class (docs/metrics.md#reason-classes)", f, m[1])
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no reason value found: the alert tests no longer cover a refusal")
 	}
 }

@@ -22,6 +22,19 @@ var listenFlag = map[string]string{
 // (pkg/metrics); a probe must wait longer than that for the answer.
 const healthzBound = 5 * time.Second
 
+// registrarHealthzBound: node-driver-registrar's /healthz is a stat of
+// its registration socket, answered at once.
+const registrarHealthzBound = time.Second
+
+// sidecarDefaultPorts are ports the CSI sidecars document as defaults or
+// examples. On the host network another CSI driver's pod on the same node
+// likely holds them.
+var sidecarDefaultPorts = map[int32]string{
+	9808: "livenessprobe's default --http-endpoint port",
+	9809: "node-driver-registrar's documented health port",
+	8080: "node-driver-registrar's documented --http-endpoint example",
+}
+
 // listener is an address a container listens on, from its flags.
 type listener struct {
 	container string
@@ -80,6 +93,47 @@ func TestInstall_PortsAreWhatContainersOpen(t *testing.T) {
 	})
 }
 
+// TestInstall_PortsAvoidSidecarDefaultsOnTheHostNetwork: every listener
+// of the pod is a port of the node; none may be a port other CSI drivers'
+// sidecars hold by default, and no two may share one.
+func TestInstall_PortsAvoidSidecarDefaultsOnTheHostNetwork(t *testing.T) {
+	forEachInstall(t, func(t *testing.T, in install) {
+		if !in.pod.HostNetwork {
+			t.Skip("not on the host network")
+		}
+		seen := map[int32]string{}
+		for _, l := range in.listeners(t) {
+			if why, bad := sidecarDefaultPorts[l.port]; bad {
+				t.Errorf("container %s listens on %d, %s", l.container, l.port, why)
+			}
+			if other, dup := seen[l.port]; dup {
+				t.Errorf("containers %s and %s both listen on %d", other, l.container, l.port)
+			}
+			seen[l.port] = l.container
+		}
+		if _, ok := seen[in.probePort(t, in.container(t, registrarContainer), intstr.FromString("registrar-hz"))]; !ok {
+			t.Error("node-driver-registrar opens no --http-endpoint")
+		}
+	})
+}
+
+// TestInstall_RegistrarIsRestartedWhenItsSocketIsGone: the registrar
+// serves /healthz (registration socket present) and a livenessProbe on it
+// restarts the registrar, which registers again, when kubelet's plugin
+// directory lost the socket.
+func TestInstall_RegistrarIsRestartedWhenItsSocketIsGone(t *testing.T) {
+	forEachInstall(t, func(t *testing.T, in install) {
+		reg := in.container(t, registrarContainer)
+		if reg.LivenessProbe == nil || reg.LivenessProbe.HTTPGet == nil {
+			t.Fatal("node-driver-registrar has no HTTP livenessProbe")
+		}
+		port := in.probePort(t, reg, reg.LivenessProbe.HTTPGet.Port)
+		if !containsListener(in.listeners(t), registrarContainer, port) {
+			t.Errorf("registrar liveness probe on %d, not the registrar's --http-endpoint", port)
+		}
+	})
+}
+
 func containsListener(ls []listener, container string, port int32) bool {
 	for _, l := range ls {
 		if l.container == container && l.port == port {
@@ -122,8 +176,10 @@ func TestInstall_ProbesReachAListener(t *testing.T) {
 				if p == nil {
 					continue
 				}
-				if c.Name != pluginContainer {
-					t.Errorf("container %s: %s probe on a sidecar; probes restart the container they sit on", c.Name, kind)
+				// A probe restarts the container it sits on, so a
+				// sidecar's may only check that sidecar itself.
+				if c.Name != pluginContainer && (kind != "liveness" || !containsListener(ls, c.Name, in.probePort(t, &c, p.HTTPGet.Port))) {
+					t.Errorf("container %s: %s probe on a sidecar that does not check the sidecar's own listener", c.Name, kind)
 				}
 				g := p.HTTPGet
 				if g == nil {
@@ -148,6 +204,9 @@ func TestInstall_ProbesReachAListener(t *testing.T) {
 					t.Errorf("container %s: %s probe to host %q cannot reach %s listening on %q", c.Name, kind, g.Host, l.container, l.host)
 				}
 				bound := healthzBound
+				if l.container == registrarContainer {
+					bound = registrarHealthzBound
+				}
 				if l.container == livenessContainer {
 					v := flagsOf(t, in.container(t, livenessContainer))["probe-timeout"]
 					if v == "" {
@@ -191,11 +250,14 @@ func (in install) probePort(t *testing.T, c *corev1.Container, p intstr.IntOrStr
 
 // reaches reports whether a probe to probeHost ("" is the pod IP, which is
 // the node's address on the host network) reaches a listener bound to
-// bindHost.
+// bindHost. A listener bound to "<status.hostIP>" (the flag names an
+// environment variable set from it) is on that same address.
 func reaches(probeHost, bindHost string) bool {
 	switch bindHost {
 	case "", "0.0.0.0", "::":
 		return true
+	case "<status.hostIP>":
+		return probeHost == ""
 	}
 	return probeHost == bindHost
 }

@@ -62,10 +62,12 @@ func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every test stages and publishes under the temp dir, which stands in
+	// for kubelet's root directory.
 	args := append([]string{"serve",
 		"--endpoint", "unix://" + sock, "--node-id", nodeID,
 		"--sys-root", "/sys", "--dev-root", "/dev", "--state-dir", state,
-		"--heal=observe", "-v=4"}, extra...)
+		"--kubelet-root", os.TempDir(), "--heal=observe", "-v=4"}, extra...)
 	cmd := exec.Command(l.bin("pathmend"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -19,21 +19,31 @@ import (
 
 const (
 	proxyPortal = "127.0.0.3:3260"
-	// selfRecovery is how long a session is given to come back by itself
-	// once its portal passes again: iscsid 2.1.8 relogs in within 2–6 s,
-	// so a session still down after this (two of its 15 s login timeouts)
-	// is stuck.
+	// selfRecovery bounds how long a session is watched once its portal
+	// passes again: iscsid 2.1.8 relogs in within 2–6 s, so a session
+	// still down after this (two of its 15 s login timeouts) is stuck
+	// even when the proxy saw too few reopens to tell.
 	selfRecovery = 30 * time.Second
+	// stuckBudget bounds all attempts at the stuck state of one test.
+	stuckBudget = 5 * time.Minute
+	// breakFor bounds one attempt's breaking: the resets after the bind
+	// each race the window, and 1 to 80 of them were needed.
+	breakFor = 2 * time.Minute
 )
 
-// makeStuck breaks the proxied portal until the session through it leaves
-// LOGGED_IN and the proxy has seen the stuck state's signature (a reopen
-// reset after its bind, then three reopens that never got bound: their
-// bind failed with ENOTCONN), or for two minutes, then lets the portal
-// pass again and waits selfRecovery. It returns false when iscsid
-// recovered the session by itself (the stuck state was not reached).
-func makeStuck(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string) bool {
+// makeStuck is one attempt at the stuck state. It breaks the proxied
+// portal until the session through it leaves LOGGED_IN and the proxy has
+// seen the stuck state's signature (a reopen reset after its bind, then
+// three reopens that never got bound: their bind failed with ENOTCONN),
+// or until breakFor or the deadline, then lets the portal pass and
+// decides as soon as the race is known: lost when a reopen is seen bound
+// or the session is LOGGED_IN again (iscsid is recovering it by itself),
+// won when two reopens were closed without ever being bound while the
+// session stays down (every bind fails: the kernel answers ENOTCONN), or
+// when it is still down after selfRecovery.
+func makeStuck(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string, deadline time.Time) bool {
 	t.Helper()
+	start := time.Now()
 	var bound func() bool
 	if s, ok := sessionTo(t, sys, iqn, proxyPortal); ok {
 		bound = connBound(sys, s.ID)
@@ -44,35 +54,57 @@ func makeStuck(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string) 
 		return ok && !s.State.LoggedIn()
 	})
 	_, bound0 := proxy.Resets()
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	breakUntil := time.Now().Add(breakFor)
+	if deadline.Before(breakUntil) {
+		breakUntil = deadline
+	}
+	for ; time.Now().Before(breakUntil); time.Sleep(200 * time.Millisecond) {
 		if _, bound := proxy.Resets(); bound > bound0 && proxy.UnboundRun() >= 3 {
 			break
 		}
 	}
+	fb0, fu0 := proxy.Forwards()
 	proxy.Pass()
-	deadline := time.Now().Add(selfRecovery)
-	for time.Now().Before(deadline) {
-		if s, ok := sessionTo(t, sys, iqn, proxyPortal); ok && s.State.LoggedIn() {
+	passed := time.Now()
+	for time.Since(passed) < selfRecovery {
+		s, ok := sessionTo(t, sys, iqn, proxyPortal)
+		fb, fu := proxy.Forwards()
+		switch {
+		case ok && s.State.LoggedIn():
+			t.Logf("attempt lost after %s: %s LOGGED_IN again %s after the portal passed", time.Since(start).Round(time.Second), s.ID, time.Since(passed).Round(100*time.Millisecond))
 			return false
+		case fb > fb0:
+			t.Logf("attempt lost after %s: a reopen was bound %s after the portal passed (iscsid is logging in)", time.Since(start).Round(time.Second), time.Since(passed).Round(100*time.Millisecond))
+			return false
+		case fu-fu0 >= 2 && ok:
+			all, afterBind := proxy.Resets()
+			t.Logf("stuck after %s: %s %s, %d reopens after the portal passed closed without a bind (proxy reset %d connections, %d of them bound)",
+				time.Since(start).Round(time.Second), s.ID, s.State, fu-fu0, all, afterBind)
+			return true
 		}
-		time.Sleep(time.Second)
+		time.Sleep(200 * time.Millisecond)
 	}
 	s, _ := sessionTo(t, sys, iqn, proxyPortal)
 	all, afterBind := proxy.Resets()
-	t.Logf("stuck: %s %s for %s with its portal passing (proxy reset %d connections, %d of them bound)", s.ID, s.State, selfRecovery, all, afterBind)
+	t.Logf("stuck after %s: %s %s for %s with its portal passing (proxy reset %d connections, %d of them bound)", time.Since(start).Round(time.Second), s.ID, s.State, selfRecovery, all, afterBind)
 	return true
 }
 
-// stuckOrFail tries up to three times to reach the stuck state.
+// stuckOrFail tries attempts at the stuck state until one wins, within
+// stuckBudget: a lost attempt ends as soon as it is known to be lost, and
+// the next one starts at once (breaking again takes the session down
+// whatever it is doing).
 func stuckOrFail(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string) {
 	t.Helper()
-	for i := 0; i < 3; i++ {
-		if makeStuck(t, sys, proxy, iqn) {
+	start := time.Now()
+	deadline := start.Add(stuckBudget)
+	for i := 1; time.Now().Before(deadline); i++ {
+		if makeStuck(t, sys, proxy, iqn, deadline) {
+			t.Logf("stuck state reached on attempt %d, %s after the first break", i, time.Since(start).Round(time.Second))
 			return
 		}
-		t.Logf("attempt %d: iscsid recovered the session by itself", i+1)
 	}
-	t.Fatalf("could not reproduce a stuck session (open-iscsi #387) in 3 attempts: iscsid %s recovered each time", "2.1.8")
+	t.Fatalf("could not reproduce a stuck session (open-iscsi #387) within %s: iscsid %s recovered each time", stuckBudget, "2.1.8")
 }
 
 func newHealer(t *testing.T, p *pathmendISCSI) *iscsi.SessionHealer {
@@ -109,10 +141,11 @@ func TestISCSI_HealRelogsInAStuckSessionBesideALivePath(t *testing.T) {
 	p := newPathmendISCSI(t)
 	ctx := context.Background()
 	vc := iscsiContext(iqn, 0, "127.0.0.1", "127.0.0.3")
-	dev, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-mp", Context: vc})
+	a, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-mp", Context: vc})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dev := a.Device
 	rec := volume.Record{VolumeID: "pv-mp", Context: vc, Device: dev.Path, AccessType: volume.AccessBlock}
 	p.recs.put(rec)
 	stuck, _ := sessionTo(t, p.sys, iqn, proxyPortal)
@@ -153,10 +186,11 @@ func TestISCSI_HealRestartsIscsidForAStuckLastPath(t *testing.T) {
 	p := newPathmendISCSI(t)
 	ctx := context.Background()
 	vc := iscsiContext(iqn, 0, "127.0.0.3")
-	dev, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-last", Context: vc})
+	a, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-last", Context: vc})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dev := a.Device
 	rec := volume.Record{VolumeID: "pv-last", Context: vc, Device: dev.Path, AccessType: volume.AccessMount, FSType: "ext4"}
 	p.recs.put(rec)
 	mnt := t.TempDir()

@@ -50,11 +50,17 @@ func TestISCSI_ServedHealKicksAStuckSessionOfAStagedVolume(t *testing.T) {
 	} else {
 		t.Logf("volume health while stuck: %s %s", hs[0].GetStatus(), hs[0].GetMessage())
 	}
-	verdicts, _ := v.verdictLines(t)
+	// The observed verdict comes once the session has been down for the
+	// 10s threshold on pathmend's clock, which may be after the stuck
+	// state was established: an attempt ends as soon as it is decided.
+	var verdicts []string
 	var observed string
-	for _, line := range verdicts {
-		if verdictField(line, "verdict") == "observed" && verdictField(line, "portal") == proxyPortal {
-			observed = line
+	for deadline := time.Now().Add(30 * time.Second); observed == "" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		verdicts, _ = v.verdictLines(t)
+		for _, line := range verdicts {
+			if verdictField(line, "verdict") == "observed" && verdictField(line, "portal") == proxyPortal {
+				observed = line
+			}
 		}
 	}
 	if observed == "" || verdictField(observed, "kick") != string(iscsi.KickRelogin) {

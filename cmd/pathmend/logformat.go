@@ -3,31 +3,25 @@ package main
 import (
 	"fmt"
 	"io"
-	"sync"
+	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/internal/logjson"
 )
 
 // setLogFormat switches klog's output. "text" keeps klog's own format;
-// "json" routes every klog call, structured or not, through a funcr JSON
-// sink: one JSON object per line with ts, level, msg, caller and the
-// structured keys, for log pipelines. funcr ships with logr, which klog
-// already depends on, so JSON costs no new dependency. klog's -v still
-// decides what is logged; the sink itself drops nothing.
+// "json" routes every klog call, structured or not, through logjson: the
+// Kubernetes JSON schema the CSI sidecars and kubelet write with the same
+// --logging-format=json, so one pipeline parses the whole pod. klog's -v
+// and --vmodule still decide what is logged.
 func setLogFormat(format string, w io.Writer) error {
 	switch format {
 	case "text":
 		return nil
 	case "json":
-		var mu sync.Mutex
-		logger := funcr.NewJSON(func(obj string) {
-			mu.Lock()
-			defer mu.Unlock()
-			fmt.Fprintln(w, obj)
-		}, funcr.Options{LogTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000000Z07:00", LogCaller: funcr.All, Verbosity: 10})
-		klog.SetLogger(logger)
+		klog.SetLogger(logjson.New(w, time.Now))
 		return nil
 	}
-	return fmt.Errorf("--log-format %q: want text or json", format)
+	return fmt.Errorf("--logging-format %q: want text or json", format)
 }

@@ -2,41 +2,65 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/pathmend/pathmend/internal/logjson/logjsontest"
 )
 
-// TestServe_JSONLogsAreJSONLines runs `pathmend serve --log-format=json`
-// to its graceful stop and parses every line it logged.
-func TestServe_JSONLogsAreJSONLines(t *testing.T) {
-	cmd, stderr, sock := startServe(t, "--log-format=json", "-v=4")
+// serveJSONLines runs `pathmend serve` with the flags to its graceful
+// stop and parses every line it logged with the Kubernetes JSON parser.
+func serveJSONLines(t *testing.T, flags ...string) []logjsontest.Line {
+	t.Helper()
+	cmd, stderr, _ := startServe(t, flags...)
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit: %v\n%s", err, stderr.String())
 	}
-	lines, sawServing := 0, false
-	sc := bufio.NewScanner(stderr)
+	var lines []logjsontest.Line
+	sc := bufio.NewScanner(strings.NewReader(stderr.String()))
 	for sc.Scan() {
-		line := sc.Text()
-		var obj map[string]any
-		if err := json.Unmarshal([]byte(line), &obj); err != nil {
-			t.Errorf("not a JSON line: %q (%v)", line, err)
+		l, err := logjsontest.Parse(sc.Text())
+		if err != nil {
+			t.Errorf("%v\nline: %s", err, sc.Text())
 			continue
 		}
-		lines++
-		if obj["msg"] == "Serving CSI" {
+		lines = append(lines, l)
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no JSON lines:\n%s", stderr.String())
+	}
+	return lines
+}
+
+// TestServe_LoggingFormatJSONIsTheKubernetesSchema runs `pathmend serve
+// --logging-format=json`: every line is the schema kubelet and the CSI
+// sidecars write (internal/logjson), with the structured keys of the call.
+func TestServe_LoggingFormatJSONIsTheKubernetesSchema(t *testing.T) {
+	lines := serveJSONLines(t, "--logging-format=json", "-v=4")
+	sawServing := false
+	for _, l := range lines {
+		if l.Msg == "Serving CSI" {
 			sawServing = true
-			if obj["endpoint"] != "unix://"+sock || obj["ts"] == nil {
-				t.Errorf("structured keys missing: %v", obj)
+			if l.V == nil || *l.V != 0 || !strings.HasPrefix(l.Values["endpoint"].(string), "unix://") || !strings.HasPrefix(l.Caller, "driver/") {
+				t.Errorf("Serving CSI line: %+v", l)
 			}
 		}
+		if strings.Contains(l.Msg, "deprecated") {
+			t.Errorf("deprecation warning without the deprecated flag: %+v", l)
+		}
 	}
-	if lines == 0 || !sawServing {
-		t.Errorf("%d JSON lines, Serving CSI seen: %t\n%s", lines, sawServing, stderr.String())
+	if !sawServing {
+		t.Errorf("no Serving CSI line in %d lines", len(lines))
 	}
-	if strings.Contains(stderr.String(), "\nI1") {
-		t.Error("klog text lines mixed into JSON output")
+}
+
+// TestServe_LogFormatIsADeprecatedAlias: the old --log-format=json still
+// selects the JSON schema and says it is deprecated.
+func TestServe_LogFormatIsADeprecatedAlias(t *testing.T) {
+	lines := serveJSONLines(t, "--log-format=json")
+	if !strings.Contains(lines[0].Msg, "--log-format is deprecated") || !strings.Contains(lines[0].Msg, "--logging-format") {
+		t.Errorf("first line %+v: want the deprecation of --log-format", lines[0])
 	}
 }

@@ -4,12 +4,15 @@
 // Usage:
 //
 //	pathmend [serve] [flags]   serve the CSI Identity and Node services (default)
+//	pathmend diagnose [flags]  report the node's paths and defects, read-only
 //	pathmend version           print the version
+//	pathmend help [COMMAND]    print the usage, or a command's help
+//
+// The subcommand table is in cli.go.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,61 +30,96 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run dispatches a subcommand and returns the process exit status.
-func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
-	}
-	switch cmd {
-	case "serve":
-		return runServe(args, stderr)
-	case "diagnose":
-		return runDiagnose(args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, version)
-		return 0
-	case "help":
-		usage(stdout)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "pathmend: unknown command %q\n", cmd)
-		usage(stderr)
-		return 2
+func versionCommand() *command {
+	return &command{
+		name:        "version",
+		summary:     "Print the version stamped at build time",
+		synopsis:    []string{"version"},
+		description: "Print pathmend's version (the release tag it was built from) and exit.",
+		run: func(c *command, args []string, stdout, stderr io.Writer) int {
+			if code, done := c.parse(c.newFlagSet(), args, stdout, stderr); done {
+				return code
+			}
+			fmt.Fprintln(stdout, version)
+			return 0
+		},
 	}
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `Usage:
-  pathmend [serve] [flags]   serve the CSI Identity and Node services (default)
-  pathmend version           print the version
-  pathmend diagnose [--sys-root DIR] [--state-dir DIR] [--json]   report NVMe and iSCSI paths and defects (exit 0 healthy, 1 defects, 2 error)
-  pathmend serve -h          list the serve flags
-`)
+func serveCommand() *command {
+	return &command{
+		name:     "serve",
+		summary:  "Serve the CSI Identity and Node services and heal every path (the default)",
+		synopsis: []string{"serve [flags]", "[flags]"},
+		description: `Serve the CSI Identity and Node services on --endpoint for kubelet: attach
+NVMe-oF/TCP and iSCSI volumes, stage and publish them. Unless --heal=off, a
+monitor reads sysfs every --monitor-interval and heals broken paths with the
+repair policy (--heal=observe decides and logs every verdict, touching
+nothing). SIGTERM or SIGINT stops it after in-flight RPCs finish (at most
+--shutdown-timeout).`,
+		groups: []flagGroup{
+			{"CSI flags", []string{"endpoint", "node-id", "driver-name", "max-volumes-per-node", "topology-key", "topology-value", "default-fs-type", "shutdown-timeout"}},
+			{"Node state flags", []string{"sys-root", "dev-root", "state-dir", "kubelet-root", "intent-timeout", "hostnqn-file", "hostid-file"}},
+			{"Healing flags", []string{"heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout", "attach-timeout"}},
+			{"iSCSI flags", []string{"heal-iscsi-scope", "iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "no-multipathd"}},
+			{"Metrics flags", []string{"metrics-address"}},
+			{"Logging flags", []string{"logging-format", "v", "vmodule"}},
+		},
+		exitCodes: []exitCode{
+			{0, "stopped by SIGTERM or SIGINT after in-flight RPCs finished"},
+			{1, "a flag value is invalid, or serving failed (socket, state dir, metrics listener)"},
+			{2, "bad usage: an unknown flag or a stray argument"},
+		},
+		run: runServe,
+	}
 }
 
-func runServe(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// klogKeptFlags are klog's flags serve lists, with pathmend's usage text;
+// klog's others (-logtostderr, -log_dir, …) are still accepted, for old
+// manifests, but hidden.
+var klogKeptFlags = map[string]string{
+	"v":       "log verbosity `N`: 0 heal verdicts and errors, 2 attach and detach, 4 RPC entry and diagnosis, 5 sysfs reads and sanitized requests",
+	"vmodule": "verbosity per source file, `PATTERN=N,...` (e.g. monitor*=5)",
+}
+
+func runServe(c *command, args []string, stdout, stderr io.Writer) int {
+	fs := c.newFlagSet()
 	cfg := defaultServeConfig()
 	cfg.bindFlags(fs)
-	klog.InitFlags(fs)
-	logFormat := fs.String("log-format", "text", "log format: text (klog) or json (one JSON object per line)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	kfs.VisitAll(func(f *flag.Flag) {
+		usage, kept := klogKeptFlags[f.Name]
+		if !kept {
+			usage = f.Usage
 		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pathmend serve: unexpected arguments %q\n", fs.Args())
-		return 2
+		fs.Var(f.Value, f.Name, usage)
+		if !kept {
+			hide(fs, f.Name)
+		}
+	})
+	logFormat := fs.String("logging-format", "text", "log format: text (klog's) or json (the Kubernetes JSON schema, one object per line: ts, caller, msg, v, key/values, err)")
+	fs.StringVar(logFormat, "log-format", "text", "deprecated: use --logging-format")
+	hide(fs, "log-format")
+	if code, done := c.parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if err := setLogFormat(*logFormat, stderr); err != nil {
 		fmt.Fprintln(stderr, "pathmend serve:", err)
 		return 2
 	}
 	defer klog.Flush()
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "log-format" {
+			klog.InfoS("Flag --log-format is deprecated and will be removed in a later release; use --logging-format")
+		}
+	})
+	id, err := resolveNodeID(cfg.nodeID, os.Hostname)
+	if err != nil {
+		klog.ErrorS(err, "pathmend serve failed")
+		return 1
+	}
+	cfg.nodeID = id
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -90,4 +128,20 @@ func runServe(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// resolveNodeID is --node-id, or the host name of the node pathmend runs
+// on when it is empty (read at run time, never at build time).
+func resolveNodeID(flagValue string, hostname func() (string, error)) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	h, err := hostname()
+	if err != nil {
+		return "", fmt.Errorf("--node-id is empty and the host name is unreadable: %w", err)
+	}
+	if h == "" {
+		return "", fmt.Errorf("--node-id is empty and the host name is empty")
+	}
+	return h, nil
 }

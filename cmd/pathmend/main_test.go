@@ -26,7 +26,14 @@ func TestRun_Commands(t *testing.T) {
 		stderrIn string
 	}{
 		{args: []string{"version"}, code: 0, stdout: version},
-		{args: []string{"help"}, code: 0, stdout: "pathmend [serve]"},
+		{args: []string{"help"}, code: 0, stdout: "pathmend COMMAND [flags]"},
+		{args: []string{"--help"}, code: 0, stdout: "pathmend COMMAND [flags]"},
+		{args: []string{"help", "frobnicate"}, code: 2, stderrIn: `unknown command "frobnicate"`},
+		{args: []string{"version", "extra"}, code: 2, stderrIn: "unexpected arguments"},
+		// klog's legacy flags stay accepted (hidden): the run gets as far
+		// as validating the endpoint.
+		{args: []string{"serve", "--logtostderr", "--log_file_max_size=10", "--endpoint=tcp://127.0.0.1:1"}, code: 1},
+		{args: []string{"serve", "--logging-format=xml"}, code: 2, stderrIn: `--logging-format "xml"`},
 		{args: []string{"frobnicate"}, code: 2, stderrIn: `unknown command "frobnicate"`},
 		{args: []string{"serve", "--no-such-flag"}, code: 2, stderrIn: "no-such-flag"},
 		{args: []string{"serve", "extra"}, code: 2, stderrIn: "unexpected arguments"},

@@ -5,16 +5,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	mount "k8s.io/mount-utils"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/iscsi/attach"
 	"github.com/pathmend/pathmend/pkg/metrics"
@@ -38,6 +39,7 @@ type serveConfig struct {
 	topologyKey       string
 	topologyValue     string
 	defaultFSType     string
+	kubeletRoot       string
 	shutdownTimeout   time.Duration
 
 	metricsAddress  string
@@ -56,19 +58,20 @@ type serveConfig struct {
 	iscsiStuckThreshold   time.Duration
 	iscsidRestartCooldown time.Duration
 	noMultipathd          bool
+
+	intentTimeout time.Duration
 }
 
 func defaultServeConfig() serveConfig {
-	host, _ := os.Hostname()
 	return serveConfig{
 		endpoint:        "unix:///csi/csi.sock",
-		nodeID:          host,
 		driverName:      "csi.pathmend.io",
 		sysRoot:         "/sys",
 		devRoot:         "/dev",
 		stateDir:        "/var/lib/pathmend",
 		heal:            string(heal.ModeRepair),
 		defaultFSType:   "ext4",
+		kubeletRoot:     "/var/lib/kubelet",
 		shutdownTimeout: 30 * time.Second,
 		monitorInterval: 3 * time.Second,
 		connectTimeout:  10 * time.Second,
@@ -83,12 +86,14 @@ func defaultServeConfig() serveConfig {
 		iscsiHealScope:        string(iscsi.HealStaged),
 		iscsiStuckThreshold:   iscsi.DefaultThreshold,
 		iscsidRestartCooldown: iscsi.DefaultRestartCooldown,
+
+		intentTimeout: intent.DefaultTimeout,
 	}
 }
 
 func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.endpoint, "endpoint", c.endpoint, "CSI endpoint (unix socket) kubelet connects to")
-	fs.StringVar(&c.nodeID, "node-id", c.nodeID, "node ID reported by NodeGetInfo (default: the hostname)")
+	fs.StringVar(&c.nodeID, "node-id", c.nodeID, "node ID reported by NodeGetInfo (default: the node's hostname, read when serve starts)")
 	fs.StringVar(&c.driverName, "driver-name", c.driverName, "CSI driver name")
 	fs.StringVar(&c.sysRoot, "sys-root", c.sysRoot, "root of the sysfs tree kernel state is read from")
 	fs.StringVar(&c.devRoot, "dev-root", c.devRoot, "root of the device tree (nvme-fabrics, block devices)")
@@ -98,8 +103,9 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.topologyKey, "topology-key", c.topologyKey, "topology segment key reported by NodeGetInfo (off when empty)")
 	fs.StringVar(&c.topologyValue, "topology-value", c.topologyValue, "topology segment value reported with --topology-key")
 	fs.StringVar(&c.defaultFSType, "default-fs-type", c.defaultFSType, "filesystem created when a volume names none: ext4, ext3 or xfs")
+	fs.StringVar(&c.kubeletRoot, "kubelet-root", c.kubeletRoot, "kubelet's root directory: every staging, target and volume path a request names must be inside it (empty: any absolute path)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight RPCs may run after SIGTERM")
-	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9809 (off when empty)")
+	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9811 (off when empty)")
 	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", c.connectTimeout, "bound of one NVMe-oF connect")
 	fs.DurationVar(&c.attachTimeout, "attach-timeout", c.attachTimeout, "how long NodeStage waits for a namespace after connecting")
@@ -114,6 +120,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.iscsiStuckThreshold, "iscsi-stuck-threshold", c.iscsiStuckThreshold, "how long a session must be down with its portal continuously reachable before it is kicked")
 	fs.DurationVar(&c.iscsidRestartCooldown, "iscsid-restart-cooldown", c.iscsidRestartCooldown, "at most one iscsid restart per node in this window (remembered in the state dir across restarts of pathmend)")
 	fs.BoolVar(&c.noMultipathd, "no-multipathd", c.noMultipathd, "the node runs no multipathd: iSCSI attach uses one disk without waiting for a map")
+	fs.DurationVar(&c.intentTimeout, "intent-timeout", c.intentTimeout, "an attaching volume with no RPC in flight for this long, whose device nothing uses, is rolled back (detached, its record removed)")
 }
 
 // validate checks the flags that New does not see.
@@ -126,7 +133,8 @@ func (c serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--heal: %w", err))
 	}
 	for name, d := range map[string]time.Duration{"--shutdown-timeout": c.shutdownTimeout, "--monitor-interval": c.monitorInterval,
-		"--connect-timeout": c.connectTimeout, "--attach-timeout": c.attachTimeout, "--heal-grace": c.healGrace, "--heal-cooldown": c.healCooldown} {
+		"--connect-timeout": c.connectTimeout, "--attach-timeout": c.attachTimeout, "--heal-grace": c.healGrace, "--heal-cooldown": c.healCooldown,
+		"--intent-timeout": c.intentTimeout} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
@@ -187,10 +195,15 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	sys := sysfs.New(c.sysRoot)
+	clk := clock.RealClock{}
+	owner, err := intent.New(intent.Config{}, intent.Deps{Store: store, Clock: clk, Observer: m})
+	if err != nil {
+		return err
+	}
 	connector := fabrics.NewConnector(c.devRoot, sys)
 	nvmeAtt, err := nvme.NewAttacher(nvme.AttacherConfig{
-		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Policy: policy,
-		Records: store.List, AttachWait: c.attachTimeout, ConnectTimeout: c.connectTimeout,
+		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Policy: policy, Clock: clk,
+		AttachWait: c.attachTimeout, ConnectTimeout: c.connectTimeout,
 	})
 	if err != nil {
 		return err
@@ -209,22 +222,30 @@ func serve(ctx context.Context, c serveConfig) error {
 	healInit := stageInit.WithExec(m.CountingExec(ex))
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
 		Policy: policy, Scope: iscsi.HealScope(c.iscsiHealScope), Threshold: c.iscsiStuckThreshold,
-		RestartCooldown: c.iscsidRestartCooldown, Stamps: store,
+		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Targets: owner, Now: clk.Now,
 		Kicker: healInit, Prober: &iscsi.NetProber{},
 	})
 	if err != nil {
 		return err
 	}
 	iscsiAtt, err := attach.NewAttacher(attach.AttacherConfig{
-		Sys: sys, DevRoot: c.devRoot, Initiator: stageInit, Records: store, Clocks: healer, NoMultipathd: c.noMultipathd,
+		Sys: sys, DevRoot: c.devRoot, Initiator: stageInit, Clocks: healer, NoMultipathd: c.noMultipathd, Clock: clk,
+	})
+	if err != nil {
+		return err
+	}
+	mounter := mount.NewSafeFormatAndMount(mount.New(""), ex)
+	reconciler, err := intent.NewReconciler(intent.ReconcilerConfig{Timeout: c.intentTimeout, Observe: mode == heal.ModeObserve}, intent.ReconcilerDeps{
+		Owner: owner, Mounts: mounter, SysFS: sys, Clock: clk,
+		Detachers: map[volume.Transport]intent.Detacher{volume.TransportNVMeTCP: nvmeAtt, volume.TransportISCSI: iscsiAtt},
 	})
 	if err != nil {
 		return err
 	}
 	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
-		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
-		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,
-		Sessions: sessionHeal{healer: healer, sys: sys, metrics: m},
+		SysFS: sys, Intents: owner, Reconciler: reconciler, Policy: policy, Connector: connector, Host: host,
+		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m, Clock: clk,
+		Sessions: newSessionHeal(healer, sys, m, clk),
 	})
 	if err != nil {
 		return err
@@ -238,19 +259,30 @@ func serve(ctx context.Context, c serveConfig) error {
 		TopologyValue:     c.topologyValue,
 		HealMode:          mode,
 		DefaultFSType:     c.defaultFSType,
+		KubeletRoot:       c.kubeletRoot,
 	}, driver.Deps{
 		SysFS:   sys,
-		Store:   store,
-		Mounter: mount.NewSafeFormatAndMount(mount.New(""), ex),
+		Intents: owner,
+		Mounter: mounter,
 		Exec:    ex,
 		Attachers: map[volume.Transport]driver.Attacher{
 			volume.TransportNVMeTCP: withMonitorNotes{Attacher: nvmeAtt, mon: mon},
 			volume.TransportISCSI:   iscsiAtt,
 		},
-		Now: time.Now,
+		Now: clk.Now,
 	})
 	if err != nil {
 		return err
+	}
+
+	var check metrics.HealthCheck
+	if c.metricsAddress != "" {
+		var closeCheck func()
+		check, closeCheck, err = healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
+		if err != nil {
+			return err
+		}
+		defer closeCheck()
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -272,7 +304,6 @@ func serve(ctx context.Context, c serveConfig) error {
 		run("monitor", func() error { return mon.Run(ctx) })
 	}
 	if c.metricsAddress != "" {
-		check := healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
 		run("metrics", func() error { return metrics.Serve(ctx, c.metricsAddress, m, check) })
 	}
 	wg.Wait()

@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
@@ -22,18 +23,24 @@ import (
 )
 
 // sessionHeal runs the iSCSI session heal in the monitor's tick: one read
-// of the iSCSI sysfs state, the healer's decisions, every decided verdict
-// in pathmend_repairs_total (as the NVMe heal's: kind SessionDown, scope
-// controller) and the recovery counters for every kick whose outcome is
-// known.
+// of the iSCSI sysfs state (through one Reader kept across ticks, which
+// reads what cannot change once per session), the healer's decisions,
+// every decided verdict in pathmend_repairs_total (as the NVMe heal's:
+// kind SessionDown, scope controller) and the recovery counters for every
+// kick whose outcome is known.
 type sessionHeal struct {
 	healer  *iscsi.SessionHealer
-	sys     sysfs.FS
+	reader  *iscsi.Reader
 	metrics *metrics.Metrics
+	clock   clock.PassiveClock
+}
+
+func newSessionHeal(healer *iscsi.SessionHealer, sys sysfs.FS, m *metrics.Metrics, clk clock.PassiveClock) sessionHeal {
+	return sessionHeal{healer: healer, reader: iscsi.NewReader(sys), metrics: m, clock: clk}
 }
 
 func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
-	snap, err := iscsi.Read(s.sys, time.Now())
+	snap, err := s.reader.Read(s.clock.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
 		return
@@ -52,7 +59,7 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 		}
 		outcomes = append(outcomes, heal.Outcome{
 			Defect:  heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
-			Verdict: r.Verdict, Reason: r.Reason, Err: r.Err,
+			Verdict: r.Verdict, Reason: r.Reason, Class: r.Class, Err: r.Err,
 		})
 		switch r.Verdict {
 		case heal.Repaired:
@@ -97,18 +104,23 @@ func (w withMonitorNotes) Health(ctx context.Context, rec volume.Record) volume.
 
 // healthCheck is /healthz: the CSI server answers Probe over its socket,
 // and the monitor finished a tick within maxAge (unless healing is off).
-func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge time.Duration) metrics.HealthCheck {
-	return func(ctx context.Context) error {
-		path, err := driver.ParseEndpoint(endpoint)
-		if err != nil {
-			return err
-		}
-		conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
+// It keeps one client connection to the socket for every check (closed by
+// the returned func), and the metrics server runs it at most once a
+// second (metrics.CachedCheck), so a flood of requests costs the plugin
+// one Probe per second: a round trip on an open connection and two system
+// calls on the state dir, no file written.
+func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge time.Duration) (metrics.HealthCheck, func(), error) {
+	path, err := driver.ParseEndpoint(endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	identity := csi.NewIdentityClient(conn)
+	check := func(ctx context.Context) error {
+		resp, err := identity.Probe(ctx, &csi.ProbeRequest{})
 		if err != nil {
 			return fmt.Errorf("CSI server does not answer: %w", err)
 		}
@@ -127,4 +139,5 @@ func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge t
 		}
 		return nil
 	}
+	return check, func() { conn.Close() }, nil
 }

@@ -50,12 +50,12 @@ func TestSessionHeal_VerdictsCountLikeTheNVMeHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	s := sessionHeal{healer: healer, sys: sysfs.New(sysRoot(t, "iscsi-session-free")), metrics: m}
+	s := newSessionHeal(healer, sysfs.New(sysRoot(t, "iscsi-session-free")), m, clk)
 	c, _, err := volume.Parse(map[string]string{"transport": "iscsi", "iqn": "iqn.2024-01.io.pathmend.lab:lost", "portals": labPortals, "lun": "0"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := []volume.Record{{VolumeID: "pv-lost", Context: c, Device: "/dev/sda"}}
+	recs := []volume.Record{{VolumeID: "pv-lost", State: volume.StateStaged, Context: c, Device: "/dev/sda"}}
 	ctx := context.Background()
 
 	s.Tick(ctx, recs, nil)
@@ -77,7 +77,7 @@ pathmend_defects{kind="SessionDown",transport="iscsi"} 1
 	const repairs = `
 # HELP pathmend_repairs_total Heal verdicts by transport, defect kind, scope, verdict (repaired, observed, deferred, refused, failed) and reason class.
 # TYPE pathmend_repairs_total counter
-pathmend_repairs_total{kind="SessionDown",reason="observe mode",scope="controller",transport="iscsi",verdict="observed"} 1
+pathmend_repairs_total{kind="SessionDown",reason="observe_mode",scope="controller",transport="iscsi",verdict="observed"} 1
 `
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(repairs), "pathmend_repairs_total"); err != nil {
 		t.Error(err)

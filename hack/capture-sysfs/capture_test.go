@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pathmend/pathmend/internal/testneed"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
@@ -37,9 +38,7 @@ func TestCapture_CommittedFixturesRecaptureUnchanged(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if os.Geteuid() != 0 {
-				t.Skip("recapturing mode-0000 attributes needs root")
-			}
+			testneed.Root(t, "recapturing mode-0000 attributes")
 			if diff := cmp.Diff(want.Entries, got.Entries); diff != "" {
 				t.Errorf("recapture differs (-fixture +recapture):\n%s", diff)
 			}

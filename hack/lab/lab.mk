@@ -6,7 +6,7 @@ LAB_RUN  := hack/lab/run.sh
 E2E_RUN  ?= .
 FIXTURES ?=
 
-.PHONY: lab e2e fixtures lab-image lab-shell
+.PHONY: lab e2e fixtures lab-image lab-shell lab-timings
 
 lab: ## boot the lab guest, build real NVMe/iSCSI targets, show the topology and talk CSI to pathmend
 	$(LAB_RUN) lab
@@ -22,3 +22,6 @@ lab-image: ## build (or reuse the cached) lab guest image and print its details
 
 lab-shell: ## interactive shell in the lab guest with the target helpers loaded
 	$(LAB_RUN) shell
+
+lab-timings: ## add the runs in hack/lab/out/timings.tsv to hack/lab/timings/runs.tsv and render hack/lab/README.md's measured table
+	$(GO) run ./hack/lab/timings -add hack/lab/out/timings.tsv

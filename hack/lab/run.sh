@@ -17,7 +17,71 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FIXTURE_DIR=${LAB_FIXTURE_DIR:-$REPO_ROOT/testdata/fixtures}
-GO=${GO:-go}
+GO=${GO:-$REPO_ROOT/hack/go}
+# TIMINGS gets one line per lab or e2e run (hack/lab/timings/README.md):
+# copied into hack/lab/timings/runs.tsv, it regenerates the measured table
+# of hack/lab/README.md (make lab-timings).
+TIMINGS=$LAB_DIR/out/timings.tsv
+T_BUILD=0
+T_GUEST=0
+GOCACHE_STATE=
+
+# now prints seconds since the epoch with a fraction.
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", b - a }'; }
+
+# gocache_state says whether the Go build cache is cold (nearly empty:
+# every package compiles) or warm, before the first build of this run.
+gocache_state() {
+	local d
+	d=$("$GO" env GOCACHE 2>/dev/null) || d=
+	if [ -z "$d" ] || [ "$(find "$d" -maxdepth 2 -type f 2>/dev/null | head -n 200 | wc -l)" -lt 200 ]; then
+		echo cold
+	else
+		echo warm
+	fi
+}
+
+# image_build runs build.sh, sets IMG to the image directory and records
+# whether it reused the image (not in a subshell: it sets globals).
+image_build() {
+	local built
+	IMG=$("$LAB_DIR/image/build.sh") || return
+	# The image's info says when it was built: during this run means
+	# built now (build_seconds is how long it took), before means cached.
+	built=$(date -d "$(awk -F= '/^built=/ { print $2 }' "$IMG/info")" +%s 2>/dev/null) || built=0
+	if [ "$built" -ge "${LAB_T0%.*}" ]; then
+		IMAGE_ACTION="built $(awk -F= '/^build_seconds=/ { print $2 }' "$IMG/info")s"
+	else
+		IMAGE_ACTION=cached
+	fi
+	IMAGE_KERNEL=$(awk -F= '/^kernel_release=/ { print $2 }' "$IMG/info")
+}
+
+# record CMD RUN RESULT [TESTS SLOWEST] appends this run to $TIMINGS:
+# date, command, -test.run, image (cached | built N s), Go cache,
+# seconds to build the binaries, seconds in the guest, total seconds,
+# result, tests passed/failed/skipped, slowest test=seconds, kernel,
+# cores, memory.
+record() {
+	local total
+	total=$(secs "$LAB_T0" "$(now)")
+	mkdir -p "$(dirname "$TIMINGS")"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+		"$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$1" "$2" "${IMAGE_ACTION:-unknown}" "$GOCACHE_STATE" \
+		"$T_BUILD" "$T_GUEST" "$total" "$3" "${4:--}" "${5:--}" "${IMAGE_KERNEL:-}" "$(nproc)" \
+		"$(awk '/^MemTotal:/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)GiB" >>"$TIMINGS"
+	lab_step "Timing recorded in $TIMINGS: total ${total}s (image ${IMAGE_ACTION:-?}, Go cache $GOCACHE_STATE, builds ${T_BUILD}s, guest ${T_GUEST}s)"
+}
+
+# boot runs boot.sh and adds its wall time to T_GUEST.
+boot() {
+	local t0 rc=0
+	t0=$(now)
+	"$LAB_DIR/boot.sh" "$@" || rc=$?
+	T_GUEST=$((T_GUEST + $(secs "$t0" "$(now)")))
+	return $rc
+}
 
 # share_dir NAME makes a fresh share with the guest library.
 share_dir() {
@@ -30,7 +94,11 @@ share_dir() {
 
 # go_build OUT PKG builds a static binary.
 go_build() {
-	(cd "$REPO_ROOT" && CGO_ENABLED=0 timeout 900 "$GO" build -trimpath -o "$1" "$2")
+	local t0 rc=0
+	t0=$(now)
+	(cd "$REPO_ROOT" && CGO_ENABLED=0 timeout 900 "$GO" build -trimpath -o "$1" "$2") || rc=$?
+	T_BUILD=$((T_BUILD + $(secs "$t0" "$(now)")))
+	return $rc
 }
 
 # build_tools SHARE [pathmend] builds the guest binaries into SHARE/bin.
@@ -65,28 +133,46 @@ cmd_shell() {
 
 cmd_lab() {
 	local share img rc=0
-	img=$("$LAB_DIR/image/build.sh")
+	image_build
+	img=$IMG
 	share=$(share_dir lab)
 	build_tools "$share" pathmend
 	echo 'exec bash /lab/guest/lab.sh' >"$share/job.sh"
-	"$LAB_DIR/boot.sh" --timeout "${LAB_BOOT_TIMEOUT:-600}" --image "$img" "$share" || rc=$?
+	boot --timeout "${LAB_BOOT_TIMEOUT:-600}" --image "$img" "$share" || rc=$?
 	if [ $rc -ne 0 ]; then
+		record lab - fail
 		lab_step "Lab walk-through FAILED (exit $rc); guest log: $share/out/job.log"
 		return $rc
 	fi
+	record lab - pass
 	lab_step "Lab walk-through done; guest log: $share/out/job.log, pathmend log: $share/out/pathmend.log"
 }
 
 cmd_e2e() {
-	local run=${1:-.} share img rc=0 tmo=${E2E_TIMEOUT:-900}
-	img=$("$LAB_DIR/image/build.sh")
+	local run=${1:-.} share img rc=0 tmo=${E2E_TIMEOUT:-900} t0 log
+	image_build
+	img=$IMG
 	share=$(share_dir e2e)
 	build_tools "$share" pathmend
 	lab_step "Building the e2e test binary (go test -c -tags e2e ./e2e/)"
+	t0=$(now)
 	(cd "$REPO_ROOT" && CGO_ENABLED=0 timeout 900 "$GO" test -c -tags e2e -o "$share/bin/e2e.test" ./e2e/)
+	T_BUILD=$((T_BUILD + $(secs "$t0" "$(now)")))
 	printf 'exec bash /lab/guest/e2e.sh %q %q\n' "$run" "$tmo" >"$share/job.sh"
-	"$LAB_DIR/boot.sh" --timeout "${LAB_BOOT_TIMEOUT:-$((tmo + 180))}" --image "$img" "$share" || rc=$?
-	report_e2e "$share/out/e2e.log" "$rc"
+	boot --timeout "${LAB_BOOT_TIMEOUT:-$((tmo + 180))}" --image "$img" "$share" || rc=$?
+	log=$share/out/e2e.log
+	report_e2e "$log" "$rc" || rc=$?
+	record e2e "$run" "$([ "$rc" -eq 0 ] && echo pass || echo fail)" \
+		"$(grep -c '^--- PASS' "$log" 2>/dev/null || true)/$(grep -c '^--- FAIL' "$log" 2>/dev/null || true)/$(grep -c '^--- SKIP' "$log" 2>/dev/null || true)" \
+		"$(slowest_tests "$log")"
+	return "$rc"
+}
+
+# slowest_tests LOG prints every top-level test of LOG with its seconds,
+# slowest first: "TestA=231.4,TestB=12.0".
+slowest_tests() {
+	sed -nE 's/^--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\)$/\3 \2/p' "$1" 2>/dev/null |
+		sort -rn | awk '{ printf "%s%s=%s", (NR > 1 ? "," : ""), $2, $1 }'
 }
 
 # report_e2e LOG RC prints the outcome on the host: the counts, and the
@@ -154,6 +240,7 @@ main() {
 	[ $# -gt 0 ] && shift
 	command -v "$GO" >/dev/null || lab_die "go not found (GO=$GO)"
 	lab_host_packages "${LAB_HOST_PACKAGES[@]}"
+	GOCACHE_STATE=$(gocache_state)
 	case $cmd in
 	image) cmd_image "$@" ;;
 	lab) cmd_lab "$@" ;;

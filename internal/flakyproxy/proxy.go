@@ -12,7 +12,16 @@
 // PDU: the window in which iscsid 2.1.8 reopens without stopping the
 // connection and the kernel refuses every later bind with ENOTCONN. The
 // window is narrow, so the condition is polled every 50 µs; a slower
-// poller rarely hits it.
+// poller rarely hits it. A connection the initiator closes while the
+// proxy waits for the condition (iscsid gives up on a reopen whose bind
+// failed) is reset at once, not after the wait.
+//
+// Passing again, the proxy keeps watching the condition on each forwarded
+// connection: one seen bound means the initiator got its bind through
+// (the session is logging in, not stuck); one the initiator closes
+// without it ever holding is a reopen whose bind failed — in a stuck
+// session, every reopen. Forwards counts both, so a test decides within
+// a reopen or two instead of waiting out a recovery period.
 package flakyproxy
 
 import (
@@ -36,6 +45,12 @@ const (
 	// Refused: the target refused the forwarded connection; the host's
 	// connection was reset.
 	Refused Event = "upstream refused"
+	// ForwardBound: a forwarded connection was seen with the condition
+	// holding.
+	ForwardBound Event = "forward bound"
+	// ForwardUnbound: the initiator closed a forwarded connection before
+	// the condition ever held.
+	ForwardUnbound Event = "forward closed unbound"
 )
 
 const (
@@ -64,6 +79,9 @@ type Proxy struct {
 	// unboundRun counts the resets without the condition since the
 	// latest reset with it.
 	unboundRun int
+	// fwdBound and fwdUnbound count forwarded connections seen with the
+	// condition, and closed by the initiator without it.
+	fwdBound, fwdUnbound int
 }
 
 // Listen starts a proxy on listen that forwards to target; onEvent, when
@@ -117,6 +135,16 @@ func (p *Proxy) Resets() (all, afterCond int) {
 	return p.resets, p.boundResets
 }
 
+// Forwards reports how many forwarded connections were seen with the
+// condition holding (bound), and how many the initiator closed before it
+// ever held (unbound), since the proxy started. Only connections
+// forwarded while a condition is set (a Break set one) are watched.
+func (p *Proxy) Forwards() (bound, unbound int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fwdBound, p.fwdUnbound
+}
+
 // UnboundRun is the number of resets whose condition never held since the
 // latest reset after it held (0 before any such reset). For an iSCSI
 // session it is the stuck state's signature: once a reset after the bind
@@ -161,20 +189,66 @@ func (p *Proxy) handle(c net.Conn) {
 	p.event(Forwarded)
 	p.track(c, up)
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) { _, _ = io.Copy(dst, src); done <- struct{}{} }
-	go pipe(up, c)
-	go pipe(c, up)
+	clientGone := make(chan struct{})
+	go func() { _, _ = io.Copy(up, c); close(clientGone); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	if cond != nil {
+		go p.watchForward(cond, clientGone)
+	}
 	<-done
 	c.Close()
 	up.Close()
 	p.untrack(c, up)
 }
 
+// watchForward polls cond for a forwarded connection until it holds (a
+// ForwardBound), the initiator closes the connection first (a
+// ForwardUnbound), or the condition wait passes (neither).
+func (p *Proxy) watchForward(cond func() bool, clientGone <-chan struct{}) {
+	deadline := time.Now().Add(p.condWait)
+	for time.Now().Before(deadline) {
+		if cond() {
+			p.mu.Lock()
+			p.fwdBound++
+			p.mu.Unlock()
+			p.event(ForwardBound)
+			return
+		}
+		select {
+		case <-clientGone:
+			// One last look: the bind may have come just before the close.
+			if cond() {
+				continue
+			}
+			p.mu.Lock()
+			p.fwdUnbound++
+			p.mu.Unlock()
+			p.event(ForwardUnbound)
+			return
+		default:
+		}
+		time.Sleep(boundPoll)
+	}
+}
+
 func (p *Proxy) breakConn(c net.Conn, cond func() bool) {
 	saw := false
 	if cond != nil {
+		// The initiator closing its end ends the wait: a reopen whose
+		// bind failed is never bound.
+		clientGone := make(chan struct{})
+		go func() { _, _ = io.Copy(io.Discard, c); close(clientGone) }()
+	wait:
 		for deadline := time.Now().Add(p.condWait); !saw && time.Now().Before(deadline); {
 			saw = cond()
+			select {
+			case <-clientGone:
+				if !saw {
+					saw = cond()
+				}
+				break wait
+			default:
+			}
 			if !saw {
 				time.Sleep(boundPoll)
 			}

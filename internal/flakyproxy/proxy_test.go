@@ -258,3 +258,71 @@ func TestUnboundRunCountsResetsSinceTheLatestBoundOne(t *testing.T) {
 		t.Errorf("resets %d (%d bound), want 5 (2)", all, b)
 	}
 }
+
+// TestBreakingResetsAtOnceWhenTheInitiatorCloses: a reopen whose bind
+// failed is closed by iscsid; the proxy stops waiting for the condition
+// then (the wait here is an hour: the test would time out otherwise).
+func TestBreakingResetsAtOnceWhenTheInitiatorCloses(t *testing.T) {
+	p, ev := startProxy(t, echoServer(t), time.Hour)
+	p.Break(func() bool { return false })
+	c := dial(t, p)
+	c.(*net.TCPConn).CloseWrite()
+	if e := ev.next(t); e != Reset {
+		t.Fatalf("event %q, want %q", e, Reset)
+	}
+	if all, b := p.Resets(); all != 1 || b != 0 {
+		t.Errorf("resets %d (%d after the condition), want 1 (0)", all, b)
+	}
+}
+
+// TestPassingAfterBreakTellsBoundFromClosedUnbound: once passing again,
+// a forwarded connection seen with the condition is a ForwardBound; one
+// the initiator closes before it ever held is a ForwardUnbound.
+func TestPassingAfterBreakTellsBoundFromClosedUnbound(t *testing.T) {
+	p, ev := startProxy(t, echoServer(t), time.Hour)
+	var bound atomic.Bool
+	p.Break(bound.Load)
+	p.Pass()
+
+	c := dial(t, p)
+	roundTrip(t, c, "login")
+	if e := ev.next(t); e != Forwarded {
+		t.Fatalf("event %q, want %q", e, Forwarded)
+	}
+	c.Close()
+	if e := ev.next(t); e != ForwardUnbound {
+		t.Fatalf("event %q, want %q", e, ForwardUnbound)
+	}
+
+	c = dial(t, p)
+	roundTrip(t, c, "login")
+	if e := ev.next(t); e != Forwarded {
+		t.Fatalf("event %q, want %q", e, Forwarded)
+	}
+	bound.Store(true)
+	if e := ev.next(t); e != ForwardBound {
+		t.Fatalf("event %q, want %q", e, ForwardBound)
+	}
+	if b, u := p.Forwards(); b != 1 || u != 1 {
+		t.Errorf("forwards bound %d, unbound %d; want 1 and 1", b, u)
+	}
+}
+
+// TestPassingBeforeAnyBreakWatchesNothing: without a condition (no Break
+// yet) forwarded connections are not classified.
+func TestPassingBeforeAnyBreakWatchesNothing(t *testing.T) {
+	p, ev := startProxy(t, echoServer(t), time.Hour)
+	c := dial(t, p)
+	roundTrip(t, c, "x")
+	c.Close()
+	if e := ev.next(t); e != Forwarded {
+		t.Fatalf("event %q, want %q", e, Forwarded)
+	}
+	roundTrip(t, dial(t, p), "y")
+	if e := ev.next(t); e != Forwarded {
+		t.Fatalf("event %q, want %q (no classification of the first)", e, Forwarded)
+	}
+	if b, u := p.Forwards(); b != 0 || u != 0 {
+		t.Errorf("forwards %d/%d without a condition", b, u)
+	}
+}

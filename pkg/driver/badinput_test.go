@@ -128,7 +128,16 @@ func TestNodePublish_BadInput(t *testing.T) {
 		{"no volume id", func(r *csi.NodePublishVolumeRequest) { r.VolumeId = "" }, codes.InvalidArgument, "volume_id"},
 		{"no target", func(r *csi.NodePublishVolumeRequest) { r.TargetPath = "" }, codes.InvalidArgument, "target_path"},
 		{"relative target", func(r *csi.NodePublishVolumeRequest) { r.TargetPath = "x/y" }, codes.InvalidArgument, "target_path"},
-		{"no staging path", func(r *csi.NodePublishVolumeRequest) { r.StagingTargetPath = "" }, codes.InvalidArgument, "staging_target_path"},
+		// The spec's error table: "Staging target path not set" is
+		// FAILED_PRECONDITION for a plugin with STAGE_UNSTAGE_VOLUME.
+		{"no staging path", func(r *csi.NodePublishVolumeRequest) { r.StagingTargetPath = "" }, codes.FailedPrecondition, "staging_target_path"},
+		{"relative staging path", func(r *csi.NodePublishVolumeRequest) { r.StagingTargetPath = "x/y" }, codes.InvalidArgument, "staging_target_path"},
+		{"no capability and no staging path", func(r *csi.NodePublishVolumeRequest) {
+			r.VolumeCapability, r.StagingTargetPath = nil, ""
+		}, codes.InvalidArgument, "volume_capability"},
+		{"bad publish context", func(r *csi.NodePublishVolumeRequest) {
+			r.PublishContext = map[string]string{"transport": "nvme-tcp", "nqn": "nqn.2014-08.com.example:a=b"}
+		}, codes.InvalidArgument, `publish context key "nqn"`},
 		{"no capability", func(r *csi.NodePublishVolumeRequest) { r.VolumeCapability = nil }, codes.InvalidArgument, "volume_capability"},
 		{"not staged", func(*csi.NodePublishVolumeRequest) {}, codes.FailedPrecondition, "not staged"},
 	} {

@@ -64,9 +64,11 @@ func parseCapability(c *csi.VolumeCapability, defaultFS string) (capability, err
 		if !supportedFSTypes[out.fsType] {
 			return capability{}, invalidArgument("volume_capability.mount.fs_type: %q is not supported; use ext4, ext3 or xfs", at.Mount.GetFsType())
 		}
-		for _, f := range at.Mount.GetMountFlags() {
+		for i, f := range at.Mount.GetMountFlags() {
+			// The flag itself is not repeated: mount flags may hold
+			// credentials, which csi.proto says must not leak.
 			if f == "" || strings.ContainsAny(f, " \t\n") {
-				return capability{}, invalidArgument("volume_capability.mount.mount_flags: %q is not a mount option", f)
+				return capability{}, invalidArgument("volume_capability.mount.mount_flags[%d] is empty or contains whitespace; it is not a mount option", i)
 			}
 		}
 		out.mountFlags = append([]string(nil), at.Mount.GetMountFlags()...)

@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -34,6 +36,11 @@ type Config struct {
 	// DefaultFSType is formatted when a mount capability names no
 	// filesystem; ext4 when empty.
 	DefaultFSType string
+	// KubeletRoot, when set, confines every path a request carries
+	// (staging, target and volume paths) to this directory and below:
+	// kubelet's root directory, /var/lib/kubelet by default. Empty
+	// accepts any absolute path.
+	KubeletRoot string
 }
 
 // Deps are the OS seams the driver works through. main builds each exactly
@@ -41,8 +48,10 @@ type Config struct {
 type Deps struct {
 	// SysFS is the sysfs tree the node is read from.
 	SysFS sysfs.FS
-	// Store holds the staged-volume records.
-	Store *volume.Store
+	// Intents is the node's intent owner: it keeps the staged-volume
+	// records, admits one operation per volume and leases targets. The
+	// monitor and the iSCSI heal share it.
+	Intents *intent.Owner
 	// Mounter formats and mounts; its Exec runs mkfs, fsck and blkid.
 	Mounter *mount.SafeFormatAndMount
 	// Exec runs the filesystem resize tools.
@@ -78,11 +87,18 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if cfg.NodeID == "" {
 		errs = append(errs, errors.New("node ID is empty"))
 	}
+	if n := len(cfg.NodeID); n > maxNodeIDBytes {
+		errs = append(errs, fmt.Errorf("node ID is %d bytes; the CSI limit is %d", n, maxNodeIDBytes))
+	}
 	if cfg.MaxVolumesPerNode < 0 {
 		errs = append(errs, fmt.Errorf("max volumes per node %d is negative", cfg.MaxVolumesPerNode))
 	}
 	if (cfg.TopologyKey == "") != (cfg.TopologyValue == "") {
 		errs = append(errs, errors.New("topology key and value must be set together"))
+	} else if cfg.TopologyKey != "" {
+		if err := checkTopology(cfg.TopologyKey, cfg.TopologyValue); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if _, err := heal.ParseMode(string(cfg.HealMode)); err != nil {
 		errs = append(errs, err)
@@ -90,8 +106,8 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if deps.SysFS.Root() == "" {
 		errs = append(errs, errors.New("sysfs root is not set"))
 	}
-	if deps.Store == nil {
-		errs = append(errs, errors.New("volume record store is not set"))
+	if deps.Intents == nil {
+		errs = append(errs, errors.New("intent owner is not set"))
 	}
 	if deps.Mounter == nil || deps.Mounter.Interface == nil || deps.Mounter.Exec == nil {
 		errs = append(errs, errors.New("mounter is not set"))
@@ -110,13 +126,19 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if !supportedFSTypes[cfg.DefaultFSType] {
 		errs = append(errs, fmt.Errorf("default filesystem %q is not supported; use ext4, ext3 or xfs", cfg.DefaultFSType))
 	}
+	if cfg.KubeletRoot != "" {
+		if !filepath.IsAbs(cfg.KubeletRoot) {
+			errs = append(errs, fmt.Errorf("kubelet root %q is not an absolute path", cfg.KubeletRoot))
+		}
+		cfg.KubeletRoot = filepath.Clean(cfg.KubeletRoot)
+	}
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Driver{cfg: cfg, deps: deps, locks: newVolumeLocks()}, nil
+	return &Driver{cfg: cfg, deps: deps, locks: &volumeLocks{owner: deps.Intents}}, nil
 }
 
 // attacher returns the Attacher of transport t.

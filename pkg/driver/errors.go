@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -41,8 +42,26 @@ func failedPrecondition(format string, args ...any) error {
 	return &codedError{code: codes.FailedPrecondition, msg: fmt.Sprintf(format, args...)}
 }
 
+func resourceExhausted(format string, args ...any) error {
+	return &codedError{code: codes.ResourceExhausted, msg: fmt.Sprintf(format, args...)}
+}
+
 func alreadyExists(format string, args ...any) error {
 	return &codedError{code: codes.AlreadyExists, msg: fmt.Sprintf(format, args...)}
+}
+
+// maxQuoted bounds how much of a caller's value an error or a log line
+// repeats: errors end up in Kubernetes events, which keep about a
+// kilobyte.
+const maxQuoted = 64
+
+// quoteShort quotes s, cut to its first maxQuoted bytes and marked when
+// cut.
+func quoteShort(s string) string {
+	if len(s) > maxQuoted {
+		return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf("...(%d bytes)", len(s))
+	}
+	return strconv.Quote(s)
 }
 
 // internal wraps an unexpected failure with what the driver was doing.
@@ -61,6 +80,12 @@ func ToStatus(err error) error {
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
+	}
+	// A record that cannot be read, or a teardown it blocks, is the
+	// node's state, not a bug: the operator fixes or removes the file
+	// (docs/state.md), and the CO retries.
+	if errors.Is(err, volume.ErrUnreadableRecord) || errors.Is(err, volume.ErrTeardownBlocked) {
+		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	var ce *codedError
 	var fe *volume.FieldError

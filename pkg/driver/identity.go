@@ -16,9 +16,18 @@ func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 }
 
 // GetPluginCapabilities reports no CONTROLLER_SERVICE: pathmend is a node
-// plugin; provisioning belongs to the storage system's own controller.
+// plugin; provisioning belongs to the storage system's own controller. It
+// reports VOLUME_ACCESSIBILITY_CONSTRAINTS when a topology segment is
+// configured: csi.proto requires it of a plugin whose NodeGetInfo returns
+// accessible_topology.
 func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return &csi.GetPluginCapabilitiesResponse{}, nil
+	resp := &csi.GetPluginCapabilitiesResponse{}
+	if d.cfg.TopologyKey != "" {
+		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{
+			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS}},
+		})
+	}
+	return resp, nil
 }
 
 // Probe is ready only when the sysfs root can be read (every diagnosis
@@ -30,8 +39,8 @@ func (d *Driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, 
 		klog.ErrorS(err, "Probe: sysfs root is not readable", "sysRoot", d.deps.SysFS.Root())
 		ready = false
 	}
-	if err := d.deps.Store.Writable(); err != nil {
-		klog.ErrorS(err, "Probe: state dir is not writable", "stateDir", d.deps.Store.Dir())
+	if err := d.deps.Intents.Writable(); err != nil {
+		klog.ErrorS(err, "Probe: state dir is not writable")
 		ready = false
 	}
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(ready)}, nil

@@ -47,7 +47,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if volumeID == "" {
 		return nil, invalidArgument("volume_id is required")
 	}
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	switch {
 	case errors.Is(err, volume.ErrNotFound):
 		return nil, notFound("volume %s is not staged on this node", volumeID)
@@ -79,10 +79,11 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 // message naming the backends and volumes affected (within the 1024
 // bytes Kubernetes keeps: the volumes that do not fit are counted).
 func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
-	recs, err := d.deps.Store.List()
-	if err != nil && len(recs) == 0 {
+	l, err := d.deps.Intents.Scan()
+	if err != nil {
 		return nil, internal(err, "list staged volumes")
 	}
+	recs := l.Records
 	type key struct {
 		status csi.StorageHealthErrorType
 		reason string

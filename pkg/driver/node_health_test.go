@@ -32,7 +32,7 @@ func TestHealth_MessagesFitWhatKubernetesKeeps(t *testing.T) {
 	}
 	const volumes = 40
 	for i := 0; i < volumes; i++ {
-		rec := volume.Record{VolumeID: fmt.Sprintf("vol-%02d", i), Context: vctx, StagingPath: fmt.Sprintf("/staging/%02d", i), AccessType: volume.AccessBlock, Device: "/dev/nvme0n1"}
+		rec := volume.Record{VolumeID: fmt.Sprintf("vol-%02d", i), State: volume.StateStaged, Context: vctx, StagingPath: fmt.Sprintf("/staging/%02d", i), AccessType: volume.AccessBlock, Device: "/dev/nvme0n1"}
 		if err := env.store.Put(rec); err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestNodeGetVolumeHealth_AnswersForTheVolumeWhicheverPathsKubeletSends(t *te
 		t.Fatal(err)
 	}
 	const kubelet = "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices"
-	rec := volume.Record{VolumeID: "lab-nvme-ns2", Context: vctx, StagingPath: kubelet + "/staging/nvme-block",
+	rec := volume.Record{VolumeID: "lab-nvme-ns2", State: volume.StateStaged, Context: vctx, StagingPath: kubelet + "/staging/nvme-block",
 		AccessType: volume.AccessBlock, Device: "/dev/nvme0n2",
 		Publications: []volume.Publication{{TargetPath: kubelet + "/publish/nvme-block/7cc2279a"}}}
 	if err := env.store.Put(rec); err != nil {

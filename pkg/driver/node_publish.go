@@ -6,10 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
-	mount "k8s.io/mount-utils"
 
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -23,11 +23,20 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
+	vc, err := parseCapability(req.GetVolumeCapability(), d.cfg.DefaultFSType)
+	if err != nil {
+		return nil, err
+	}
+	// The spec's error table: a plugin with STAGE_UNSTAGE_VOLUME answers a
+	// publish without a staging path FailedPrecondition (stage first).
+	if req.GetStagingTargetPath() == "" {
+		return nil, failedPrecondition("staging_target_path is required: volume %s must be staged (NodeStageVolume) before it is published", volumeID)
+	}
 	staging, err := checkPath("staging_target_path", req.GetStagingTargetPath())
 	if err != nil {
 		return nil, err
 	}
-	vc, err := parseCapability(req.GetVolumeCapability(), d.cfg.DefaultFSType)
+	given, err := publishedContext(req.GetVolumeContext(), req.GetPublishContext())
 	if err != nil {
 		return nil, err
 	}
@@ -37,15 +46,20 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	defer release()
 
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	switch {
 	case errors.Is(err, volume.ErrNotFound):
 		return nil, failedPrecondition("volume %s is not staged on this node", volumeID)
 	case err != nil:
 		return nil, internal(err, "read record of volume %s", volumeID)
+	case rec.State != volume.StateStaged:
+		return nil, failedPrecondition("volume %s is not staged on this node: its record is %s", volumeID, rec.State)
 	}
 	if rec.StagingPath != staging {
 		return nil, failedPrecondition("volume %s is staged at %s, not %s", volumeID, rec.StagingPath, staging)
+	}
+	if given != nil && !given.Equal(rec.Context) {
+		return nil, failedPrecondition("volume %s is staged with another volume context than this publish request carries", volumeID)
 	}
 	if rec.AccessType != vc.access {
 		return nil, invalidArgument("volume_capability: volume %s is staged for %s access, not %s", volumeID, rec.AccessType, vc.access)
@@ -78,6 +92,9 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		}
 	}
 
+	if idx < 0 && len(rec.Publications) >= volume.MaxPublications {
+		return nil, resourceExhausted("volume %s is published at %d target paths, the most one volume may have on a node", volumeID, len(rec.Publications))
+	}
 	if err := d.bindTarget(rec, target, readOnly, vc.mountFlags); err != nil {
 		return nil, err
 	}
@@ -86,7 +103,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	} else {
 		rec.Publications = append(rec.Publications, volume.Publication{TargetPath: target, ReadOnly: readOnly})
 	}
-	if err := d.deps.Store.Put(rec); err != nil {
+	if err := d.deps.Intents.Update(rec); err != nil {
 		if uerr := d.deps.Mounter.Unmount(target); uerr != nil {
 			klog.ErrorS(uerr, "Rollback: unmount target path failed", "volumeID", volumeID, "targetPath", target)
 		}
@@ -126,8 +143,9 @@ func (d *Driver) bindTarget(rec volume.Record, target string, readOnly bool, fla
 	return nil
 }
 
-// NodeUnpublishVolume unmounts and removes the target path. A target that
-// is already gone is OK.
+// NodeUnpublishVolume unmounts and removes the target path when it holds
+// the volume's publication (see owner.go); a mount of anything else is
+// FailedPrecondition and left alone. A target with nothing mounted is OK.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
 	target, err := volumeAndPath(volumeID, "target_path", req.GetTargetPath())
@@ -140,26 +158,51 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	}
 	defer release()
 
-	if err := d.unmountAll(target); err != nil {
+	rec, err := d.deps.Intents.Get(volumeID)
+	hasRecord := err == nil
+	if err != nil && !errors.Is(err, volume.ErrNotFound) {
+		return nil, internal(err, "read record of volume %s", volumeID)
+	}
+	recorded := hasRecord && slices.ContainsFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == target })
+	if err := d.releaseTarget(volumeID, rec, hasRecord, recorded, target); err != nil {
 		return nil, err
 	}
-	if err := mount.CleanupMountPoint(target, d.deps.Mounter, true); err != nil {
-		return nil, internal(err, "remove target path %s", target)
-	}
-	rec, err := d.deps.Store.Get(volumeID)
-	switch {
-	case errors.Is(err, volume.ErrNotFound):
+	if !hasRecord {
 		return &csi.NodeUnpublishVolumeResponse{}, nil
-	case err != nil:
-		return nil, internal(err, "read record of volume %s", volumeID)
 	}
 	before := len(rec.Publications)
 	rec.Publications = slices.DeleteFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == target })
 	if len(rec.Publications) != before {
-		if err := d.deps.Store.Put(rec); err != nil {
+		if err := d.deps.Intents.Update(rec); err != nil {
 			return nil, internal(err, "record unpublication of volume %s", volumeID)
 		}
 	}
 	klog.V(2).InfoS("Unpublished volume", "volumeID", volumeID, "targetPath", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// publishedContext reads the volume context and publish context of a
+// NodePublishVolume request, which kubelet passes as it passed them to
+// NodeStageVolume, with the same keys and rules (volume.ParseWithPublish).
+// It returns nil when neither carries a key of the contract (only
+// Kubernetes' own keys, or nothing): the staged context then stands.
+func publishedContext(vc, pc map[string]string) (*volume.Context, error) {
+	if !hasContractKey(vc) && !hasContractKey(pc) {
+		return nil, nil
+	}
+	c, _, err := volume.ParseWithPublish(vc, pc, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// hasContractKey reports whether m has a key other than Kubernetes' own.
+func hasContractKey(m map[string]string) bool {
+	for k := range m {
+		if !strings.HasPrefix(k, volume.IgnoredKeyPrefix) {
+			return true
+		}
+	}
+	return false
 }

@@ -52,7 +52,7 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 // path (plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/<pod UID>), a
 // bind mount of the published device that pathmend never made.
 func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileInfo, error) {
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	switch {
 	case errors.Is(err, volume.ErrNotFound):
 		return volume.Record{}, nil, notFound("volume %s is not staged on this node", volumeID)

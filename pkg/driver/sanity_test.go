@@ -2,14 +2,17 @@ package driver_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
 	"google.golang.org/grpc"
 
@@ -55,7 +58,7 @@ func TestSanity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(driver.ServerOptions()...)
+	srv := grpc.NewServer(env.driver.ServerOptions()...)
 	csi.RegisterIdentityServer(srv, sanityIdentity{env.driver})
 	csi.RegisterNodeServer(srv, env.driver)
 	csi.RegisterControllerServer(srv, ctrl)
@@ -73,9 +76,67 @@ func TestSanity(t *testing.T) {
 	sc := sanity.GinkgoTest(&cfg)
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suiteCfg, reporterCfg := ginkgo.GinkgoConfiguration()
-	// pathmend is a node plugin: the controller specs test the loop
-	// controller, not pathmend.
-	suiteCfg.SkipStrings = append(suiteCfg.SkipStrings, `\[Controller Server\]`, `\[GroupController`)
+	for _, s := range sanitySkips {
+		suiteCfg.SkipStrings = append(suiteCfg.SkipStrings, s.pattern)
+	}
+	// Plain text: the output goes to logs and CI pages, not a terminal.
+	reporterCfg.NoColor = true
+	ginkgo.ReportAfterSuite("pathmend csi-sanity summary", func(r ginkgo.Report) {
+		for _, line := range sanitySummary(r) {
+			t.Log(line)
+		}
+		if n := r.SpecReports.CountWithState(types.SpecStatePassed); n == 0 {
+			t.Error("csi-sanity: no spec passed: the suite did not really run")
+		}
+	})
 	ginkgo.RunSpecs(t, "pathmend csi-sanity", suiteCfg, reporterCfg)
 	sc.Finalize()
+}
+
+// sanitySkips are the csi-sanity specs TestSanity skips, and why.
+var sanitySkips = []struct{ pattern, why string }{
+	{`\[Controller Server\]`, "controller specs: pathmend is a node plugin; the loop controller here only provisions the node specs' volumes"},
+	{`\[GroupController`, "group snapshot specs: a controller service pathmend does not have"},
+}
+
+// sanitySummary is what `make sanity` prints under the "Ran N of M
+// Specs" line: the counts and, for every skipped or pending spec, why.
+func sanitySummary(r ginkgo.Report) []string {
+	specs := r.SpecReports.WithLeafNodeType(types.NodeTypeIt)
+	lines := []string{fmt.Sprintf("csi-sanity summary: %d passed, %d failed, %d skipped, %d pending of %d specs",
+		specs.CountWithState(types.SpecStatePassed), specs.CountWithState(types.SpecStateFailureStates),
+		specs.CountWithState(types.SpecStateSkipped), specs.CountWithState(types.SpecStatePending), len(specs))}
+	counts := make([]int, len(sanitySkips))
+	var other []string
+	for _, s := range specs {
+		switch s.State {
+		case types.SpecStateSkipped:
+			matched := false
+			for i, sk := range sanitySkips {
+				if regexp.MustCompile(sk.pattern).MatchString(s.FullText()) {
+					counts[i]++
+					matched = true
+					break
+				}
+			}
+			if !matched {
+				why := s.Failure.Message
+				if why == "" {
+					why = "skipped"
+				}
+				other = append(other, fmt.Sprintf("skipped %q: %s", s.FullText(), why))
+			}
+		case types.SpecStatePending:
+			other = append(other, fmt.Sprintf("pending %q: marked pending in csi-test itself, run by no driver", s.FullText()))
+		}
+	}
+	for i, sk := range sanitySkips {
+		if counts[i] > 0 {
+			lines = append(lines, fmt.Sprintf("csi-sanity skipped %d specs matching %s: %s", counts[i], sk.pattern, sk.why))
+		}
+	}
+	for _, o := range other {
+		lines = append(lines, "csi-sanity "+o)
+	}
+	return lines
 }

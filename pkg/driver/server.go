@@ -55,16 +55,27 @@ func listen(path string) (net.Listener, error) {
 	return net.Listen("unix", path)
 }
 
-// ServerOptions are the options every pathmend gRPC server is built with:
-// the logging interceptor, which also maps errors to statuses.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(logInterceptor)}
+// ServerOptions are the options every gRPC server of d is built with: the
+// logging interceptor, which also maps errors to statuses, and inside it
+// the door, which refuses a request over the CSI size limits before any
+// handler runs. The receive limit stays gRPC's 4 MiB, so that a request
+// over a CSI limit is refused by the door, naming its field, rather than
+// by the transport.
+func (d *Driver) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(logInterceptor, d.doorInterceptor),
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+	}
 }
+
+// maxRecvMsgSize is gRPC's default receive limit, stated: the largest
+// request the CSI limits admit is about 30 KiB.
+const maxRecvMsgSize = 4 << 20
 
 // NewGRPCServer returns a gRPC server with the driver's Identity and Node
 // services registered.
 func (d *Driver) NewGRPCServer() *grpc.Server {
-	s := grpc.NewServer(ServerOptions()...)
+	s := grpc.NewServer(d.ServerOptions()...)
 	csi.RegisterIdentityServer(s, d)
 	csi.RegisterNodeServer(s, d)
 	return s

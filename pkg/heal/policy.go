@@ -74,6 +74,8 @@ type Outcome struct {
 	Verdict Verdict
 	// Reason says why, e.g. "grace: nvme4 is 97ms old, 4.9s left".
 	Reason string
+	// Class is the bounded form of Reason (the metric's reason label).
+	Class Class
 	// Removed are the paths a repair tore down.
 	Removed []Path
 	// Err is the repair error of a Failed outcome.
@@ -160,7 +162,7 @@ func (p *Policy) Heal(ctx context.Context, defects []Defect, r Repairer) []Outco
 		o := p.decide(d)
 		if o.Verdict == Repaired { // allowed; act or observe
 			if p.cfg.Mode == ModeObserve {
-				o.Verdict, o.Reason = Observed, "observe mode: would tear down "+pathNames(d.Teardown)
+				o.Verdict, o.Class, o.Reason = Observed, ClassObserveMode, "observe mode: would tear down "+pathNames(d.Teardown)
 			} else {
 				o = p.run(ctx, d, r)
 				for _, rp := range o.Removed {
@@ -174,28 +176,34 @@ func (p *Policy) Heal(ctx context.Context, defects []Defect, r Repairer) []Outco
 	return out
 }
 
-// decide applies the rules in order: scope cap, co-tenant gate, cooldown,
-// grace. An allowed defect comes back with Verdict Repaired (not yet run).
+// decide applies the rules in order: a teardown the intent owner blocks,
+// scope cap, co-tenant gate, cooldown, grace. An allowed defect comes back
+// with Verdict Repaired (not yet run).
 func (p *Policy) decide(d Defect) Outcome {
 	now := p.cfg.Now()
+	if d.Blocked != "" {
+		// No kind is exempt: an unreadable record may be a volume whose
+		// namespace has not appeared yet.
+		return Outcome{Defect: d, Verdict: Refused, Class: ClassUnreadableRecord, Reason: "unreadable record: " + d.Blocked}
+	}
 	if d.Scope > p.cfg.MaxScope {
-		return Outcome{Defect: d, Verdict: Refused, Reason: fmt.Sprintf("scope %s exceeds the cap %s", d.Scope, p.cfg.MaxScope)}
+		return Outcome{Defect: d, Verdict: Refused, Class: ClassScopeCap, Reason: fmt.Sprintf("scope %s exceeds the cap %s", d.Scope, p.cfg.MaxScope)}
 	}
 	// NoNamespace is exempt: the subsystem exports nothing, so there is no
 	// co-tenant device to destroy, and gating it would leave the volume
 	// stuck forever.
 	if len(d.CoTenants) > 0 && d.Kind != NoNamespace {
-		return Outcome{Defect: d, Verdict: Refused, Reason: "would leave co-tenants with no accessible path: " + coTenantNames(d.CoTenants)}
+		return Outcome{Defect: d, Verdict: Refused, Class: ClassCoTenants, Reason: "would leave co-tenants with no accessible path: " + coTenantNames(d.CoTenants)}
 	}
 	if left, ago := p.cooldown.Left(d.Key); left > 0 {
-		return Outcome{Defect: d, Verdict: Deferred, Reason: fmt.Sprintf("cooldown: repaired %s ago, %s left", round(ago), round(left))}
+		return Outcome{Defect: d, Verdict: Deferred, Class: ClassCooldown, Reason: fmt.Sprintf("cooldown: repaired %s ago, %s left", round(ago), round(left))}
 	}
 	for _, path := range d.Teardown {
 		if path.CreatedAt.IsZero() {
 			continue // unknown age: not young as far as anyone can tell
 		}
 		if age := now.Sub(path.CreatedAt); age < p.cfg.Grace {
-			return Outcome{Defect: d, Verdict: Deferred, Reason: fmt.Sprintf("grace: %s is %s old, %s left", path.Name, round(age), round(p.cfg.Grace-age))}
+			return Outcome{Defect: d, Verdict: Deferred, Class: ClassGrace, Reason: fmt.Sprintf("grace: %s is %s old, %s left", path.Name, round(age), round(p.cfg.Grace-age))}
 		}
 	}
 	return Outcome{Defect: d, Verdict: Repaired}
@@ -207,9 +215,9 @@ func (p *Policy) run(ctx context.Context, d Defect, r Repairer) Outcome {
 	removed, err := r.Repair(ctx, d)
 	p.cooldown.Mark(d.Key)
 	if err != nil {
-		return Outcome{Defect: d, Verdict: Failed, Reason: "teardown failed", Removed: removed, Err: err}
+		return Outcome{Defect: d, Verdict: Failed, Class: ClassTeardownFailed, Reason: "teardown failed", Removed: removed, Err: err}
 	}
-	return Outcome{Defect: d, Verdict: Repaired, Reason: "tore down " + pathNames(removed), Removed: removed}
+	return Outcome{Defect: d, Verdict: Repaired, Class: ClassTornDown, Reason: "tore down " + pathNames(removed), Removed: removed}
 }
 
 // prune drops cooldowns and log marks that can no longer matter, so memory
@@ -230,7 +238,7 @@ func (p *Policy) prune() {
 func (p *Policy) log(o Outcome) {
 	d := o.Defect
 	if o.Verdict == Deferred || o.Verdict == Refused {
-		what := string(o.Verdict) + ":" + reasonClass(o.Reason)
+		what := string(o.Verdict) + ":" + string(o.Class)
 		p.mu.Lock()
 		m, seen := p.logged[d.Key]
 		if seen && m.what == what {
@@ -250,15 +258,6 @@ func (p *Policy) log(o Outcome) {
 		return
 	}
 	klog.InfoS("Heal verdict", kv...)
-}
-
-// reasonClass is the reason up to its first colon: "grace", "cooldown",
-// "would leave co-tenants …" — stable across ticks while numbers change.
-func reasonClass(r string) string {
-	if i := strings.IndexByte(r, ':'); i >= 0 {
-		return r[:i]
-	}
-	return r
 }
 
 func overlaps(d Defect, removed map[string]bool) bool {
@@ -313,7 +312,7 @@ func (p *Policy) Plan(defects []Defect) []Outcome {
 		}
 		o := p.decide(d)
 		if o.Verdict == Repaired {
-			o.Verdict, o.Reason = Observed, "would tear down "+pathNames(d.Teardown)
+			o.Verdict, o.Class, o.Reason = Observed, ClassObserveMode, "would tear down "+pathNames(d.Teardown)
 			for _, rp := range d.Teardown {
 				removed[rp.Name] = true
 			}

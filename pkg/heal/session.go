@@ -205,11 +205,6 @@ func (g *LogGate) Prune() {
 	}
 }
 
-// ReasonClass is a reason up to its first colon ("cooldown", "portal
-// unreachable"): the part that stays stable while the numbers in the rest
-// change from tick to tick. Use it as the "what" of a LogGate.
-func ReasonClass(r string) string { return reasonClass(r) }
-
 // RoundDuration keeps durations readable in reasons and log values: ms
 // below a second, 0.1 s above.
 func RoundDuration(d time.Duration) time.Duration { return round(d) }

@@ -7,8 +7,13 @@
 //
 // # What it reads
 //
-// Read takes one Snapshot from a sysfs.FS; nothing else in the package
-// reads sysfs. The layout, as captured from Linux 6.1 in pathmend's lab:
+// Read takes one Snapshot from a sysfs.FS; a Reader takes one again and
+// again (the session heal keeps one), reading what iscsid fixes for a
+// session's life (its class link, target name, TPGT, iface, persistent
+// portal) and a map's dm UUID once per object, under the sysfs.Identity
+// of its directory, and everything else every time
+// (docs/performance.md). Nothing else in the package reads sysfs. The
+// layout, as captured from Linux 6.1 in pathmend's lab:
 //
 //	class/iscsi_session/sessionN -> devices/platform/hostH/sessionN/iscsi_session/sessionN
 //	    state            LOGGED_IN | FAILED | FREE                    (required)
@@ -58,7 +63,8 @@
 //
 // # Invariants
 //
-// Snapshots are values: nothing mutates one after Read returns it. The
+// Snapshots are values: nothing mutates one after Read returns it
+// (successive snapshots of one Reader share what did not change). The
 // Initiator, the SessionHealer and the attacher are built once per
 // process, start no goroutine in their constructors and are safe for
 // concurrent use. The heal is transport-neutral in its policy pieces

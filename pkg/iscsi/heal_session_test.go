@@ -78,9 +78,6 @@ func TestHealLogGate(t *testing.T) {
 	if !g.Should("k", "deferred:reachability") {
 		t.Error("a forgotten key is news")
 	}
-	if heal.ReasonClass("cooldown: 3s left") != "cooldown" || heal.ReasonClass("plain") != "plain" {
-		t.Error("ReasonClass")
-	}
 	if heal.RoundDuration(1234567*time.Microsecond) != 1200*time.Millisecond {
 		t.Error("RoundDuration")
 	}

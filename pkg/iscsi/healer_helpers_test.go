@@ -74,6 +74,7 @@ func (p *fakeProber) Probe(_ context.Context, ep volume.Endpoint) Reachability {
 
 // rig is a healer on a fake clock with fake mechanism and prober.
 type rig struct {
+	t      *testing.T
 	h      *SessionHealer
 	clk    *clocktesting.FakeClock
 	kicker *fakeKicker
@@ -82,7 +83,7 @@ type rig struct {
 
 func newRig(t *testing.T, mod func(*HealerConfig)) *rig {
 	t.Helper()
-	r := &rig{clk: clocktesting.NewFakeClock(t0), kicker: &fakeKicker{}, prober: &fakeProber{}}
+	r := &rig{t: t, clk: clocktesting.NewFakeClock(t0), kicker: &fakeKicker{}, prober: &fakeProber{}}
 	cfg := HealerConfig{Mode: heal.ModeRepair, Kicker: r.kicker, Prober: r.prober, Now: r.clk.Now}
 	if mod != nil {
 		mod(&cfg)
@@ -98,7 +99,19 @@ func newRig(t *testing.T, mod func(*HealerConfig)) *rig {
 // tick steps the clock by d, then ticks.
 func (r *rig) tick(d time.Duration, snap *Snapshot, recs ...volume.Record) []Report {
 	r.clk.Step(d)
-	return r.h.Tick(context.Background(), snap, recs, nil)
+	return checkClasses(r.t, r.h.Tick(context.Background(), snap, recs, nil))
+}
+
+// checkClasses fails the test for a decided verdict without a documented
+// class (the metric's reason label), and returns rs.
+func checkClasses(t *testing.T, rs []Report) []Report {
+	t.Helper()
+	for _, r := range rs {
+		if r.Verdict != "" && r.Verdict != heal.Kicked && r.Class.Meaning() == "" {
+			t.Errorf("session %v: verdict %s with class %q (reason %q)", r.Session, r.Verdict, r.Class, r.Reason)
+		}
+	}
+	return rs
 }
 
 // report returns the report of session id (0: the first absent one).
@@ -119,7 +132,7 @@ func rec(id, iqn string, lun int, device string, portals ...string) volume.Recor
 	for _, p := range portals {
 		v.Portals = append(v.Portals, volume.Endpoint{Host: p, Port: 3260})
 	}
-	return volume.Record{VolumeID: id, Context: volume.Context{Transport: volume.TransportISCSI, ISCSI: v}, Device: device, AccessType: volume.AccessMount}
+	return volume.Record{VolumeID: id, State: volume.StateStaged, Context: volume.Context{Transport: volume.TransportISCSI, ISCSI: v}, Device: device, AccessType: volume.AccessMount}
 }
 
 const iqnT = "iqn.2024-01.io.example:t"

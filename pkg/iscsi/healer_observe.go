@@ -29,7 +29,7 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 	// clock is keyed by node record, since it has no SID. Two volumes on
 	// one portal make one report.
 	seen := map[string]bool{}
-	for _, rec := range recs {
+	for _, rec := range stagedOnly(recs) {
 		v := rec.Context.ISCSI
 		for _, ep := range v.Portals {
 			if hasSessionTo(m, snap, v.IQN, ep) {
@@ -80,20 +80,27 @@ func (h *SessionHealer) probe(ctx context.Context, reports []*Report) {
 		byPortal[p] = append(byPortal[p], r)
 	}
 	// Probes run in parallel: a dead portal costs its full timeout, and a
-	// tick must not take that per portal.
+	// tick must not take that per portal. With ProbeConcurrency 1 they run
+	// in order on the tick's goroutine (a deterministic scheduler).
 	results := make([]Reachability, len(portals))
-	sem := make(chan struct{}, h.cfg.ProbeConcurrency)
-	var wg sync.WaitGroup
-	for i, p := range portals {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
+	if h.cfg.ProbeConcurrency == 1 {
+		for i, p := range portals {
 			results[i] = h.cfg.Prober.Probe(ctx, p)
-		}()
+		}
+	} else {
+		sem := make(chan struct{}, h.cfg.ProbeConcurrency)
+		var wg sync.WaitGroup
+		for i, p := range portals {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				results[i] = h.cfg.Prober.Probe(ctx, p)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	for i, p := range portals {
 		res := results[i]
 		held := h.reach.Observe("portal:"+p.String(), res.Reachable())
@@ -122,18 +129,18 @@ func (h *SessionHealer) resolvePending(reports []*Report) {
 	for key, p := range h.pending {
 		final := p.report
 		if r, ok := up[key]; ok {
-			final.Verdict, final.NewSession, final.TimeToLoggedIn = heal.Repaired, r.Session, now.Sub(p.at)
+			final.Verdict, final.Class, final.NewSession, final.TimeToLoggedIn = heal.Repaired, heal.ClassLoggedIn, r.Session, now.Sub(p.at)
 			final.Reason = fmt.Sprintf("LOGGED_IN %s after %s", heal.RoundDuration(final.TimeToLoggedIn), final.Kick)
-			r.Verdict, r.Kick, r.Reason = final.Verdict, final.Kick, final.Reason
+			r.Verdict, r.Kick, r.Reason, r.Class = final.Verdict, final.Kick, final.Reason, final.Class
 			r.NewSession, r.TimeToLoggedIn = final.NewSession, final.TimeToLoggedIn
 			h.gate.Forget(key)
 		} else if age := now.Sub(p.at); age >= h.cfg.VerifyWindow {
-			final.Verdict = heal.Failed
+			final.Verdict, final.Class = heal.Failed, heal.ClassNotLoggedIn
 			final.Reason = fmt.Sprintf("not LOGGED_IN %s after %s", heal.RoundDuration(age), final.Kick)
 			final.Err = fmt.Errorf("%s did not bring %s back within %s", final.Kick, p.report.Node, h.cfg.VerifyWindow)
 			for _, r := range reports {
 				if r.Node.key() == key {
-					r.Verdict, r.Kick, r.Reason, r.Err = final.Verdict, final.Kick, final.Reason, final.Err
+					r.Verdict, r.Kick, r.Reason, r.Class, r.Err = final.Verdict, final.Kick, final.Reason, final.Class, final.Err
 				}
 			}
 		} else {

@@ -1,12 +1,10 @@
 package iscsi
 
 import (
-	"errors"
-	"fmt"
-	"path"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -24,10 +22,87 @@ const (
 // Read takes one snapshot of the iSCSI state below sys. at is stored as
 // Snapshot.At. A session, connection or LUN that disappears while it is
 // being read (a logout racing the read) is left out; any other missing
-// required attribute is an error naming its path. Read never writes.
+// required attribute is an error naming its path. Read never writes and
+// remembers nothing: every attribute is read (pathmend diagnose, the
+// attacher). A loop that reads the same node again and again keeps a
+// Reader instead.
 func Read(sys sysfs.FS, at time.Time) (*Snapshot, error) {
+	return NewReader(sys).Read(at)
+}
+
+// Reader takes snapshots of one node's iSCSI state again and again, as
+// the session heal does every tick, each equal to what Read would return
+// at that moment. Every directory is listed and every attribute that can
+// change while its object lives is read on every Read: session,
+// connection and SCSI device state, recovery_tmo, target_id,
+// initiatorname, the connection's current address and port, a LUN's WWID
+// (a rescan re-reads its VPD pages), disk and map sizes, a map's name,
+// slaves and holders. What iscsid fixes for a session's life is read once
+// per object and kept under the sysfs.Identity of its directory: the
+// session's class link target (its host and device), target name, TPGT
+// and iface; a connection's persistent address and port; a map's dm
+// UUID. A session re-created under a used name is read afresh.
+// docs/performance.md holds the facts each choice rests on.
+//
+// A Reader is safe for concurrent use; Reads are serialized.
+type Reader struct {
+	mu       sync.Mutex
+	attrs    *sysfs.AttrReader
+	pass     uint64
+	classes  map[string]*listing
+	sessions map[string]*sessionMemo
+	conns    map[string]*connMemo
+	maps     map[string]*mapMemo
+}
+
+// NewReader returns a Reader of sys that remembers nothing yet. It reads
+// nothing.
+func NewReader(sys sysfs.FS) *Reader {
+	return &Reader{
+		attrs:    sysfs.NewAttrReader(sys),
+		classes:  map[string]*listing{},
+		sessions: map[string]*sessionMemo{},
+		conns:    map[string]*connMemo{},
+		maps:     map[string]*mapMemo{},
+	}
+}
+
+// Counts returns the attribute reads, directory listings and stats the
+// Reader has made so far.
+func (r *Reader) Counts() sysfs.Counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attrs.Counts()
+}
+
+// Read takes one more snapshot; see Reader and the package function Read,
+// whose result and errors it matches.
+func (r *Reader) Read(at time.Time) (*Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pass++
+	p := &pass{r: r, sys: r.attrs.FS(), root: r.attrs.OpenRoot()}
+	defer p.root.Close()
+	snap, err := p.snapshot(at)
+	if err != nil {
+		return nil, err
+	}
+	r.prune()
+	klog.V(5).InfoS("Read iSCSI snapshot", "sessions", len(snap.Sessions), "hosts", len(snap.Hosts), "maps", len(snap.Maps))
+	return snap, nil
+}
+
+// pass carries one Read: the Reader's memory, the FS and its root held
+// open for the pass.
+type pass struct {
+	r    *Reader
+	sys  sysfs.FS
+	root sysfs.Dir
+}
+
+func (p *pass) snapshot(at time.Time) (*Snapshot, error) {
 	snap := &Snapshot{At: at}
-	names, err := optionalDir(sys, sessionClass)
+	names, err := p.list(sessionClass)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +110,7 @@ func Read(sys sysfs.FS, at time.Time) (*Snapshot, error) {
 		if !strings.HasPrefix(name, "session") {
 			continue
 		}
-		s, gone, err := readSession(sys, name)
+		s, gone, err := p.session(name)
 		if err != nil {
 			return nil, err
 		}
@@ -43,238 +118,57 @@ func Read(sys sysfs.FS, at time.Time) (*Snapshot, error) {
 			snap.Sessions = append(snap.Sessions, s)
 		}
 	}
-	sort.Slice(snap.Sessions, func(i, j int) bool { return snap.Sessions[i].ID < snap.Sessions[j].ID })
+	slices.SortFunc(snap.Sessions, func(a, b Session) int { return int(a.ID) - int(b.ID) })
 
 	// Connections are a class of their own; they name their session
 	// (connection<sid>:<cid>), so they are read after the sessions.
-	if err := readConnections(sys, snap); err != nil {
+	if err := p.connections(snap); err != nil {
 		return nil, err
 	}
-	if snap.Hosts, err = readHosts(sys); err != nil {
+	if snap.Hosts, err = p.hosts(); err != nil {
 		return nil, err
 	}
-	if snap.Maps, err = readMaps(sys); err != nil {
+	if snap.Maps, err = p.multipathMaps(); err != nil {
 		return nil, err
 	}
-	klog.V(5).InfoS("Read iSCSI snapshot", "sessions", len(snap.Sessions), "hosts", len(snap.Hosts), "maps", len(snap.Maps))
 	return snap, nil
 }
 
-// optionalDir lists a class directory; a missing one (module not loaded)
-// is empty, not an error.
-func optionalDir(sys sysfs.FS, rel string) ([]string, error) {
-	names, err := sys.ReadDir(rel)
-	if sysfs.IsNotExist(err) {
-		return nil, nil
+// listing is a directory's entries as last read.
+type listing struct{ names []string }
+
+// list lists a class directory; a missing one (module not loaded) is
+// empty, not an error.
+func (p *pass) list(rel string) ([]string, error) {
+	l := p.r.classes[rel]
+	if l == nil {
+		l = &listing{}
+		p.r.classes[rel] = l
 	}
+	names, err := p.listDir(p.root, rel, l.names)
+	l.names = names
 	return names, err
 }
 
-// readSession reads class/iscsi_session/<name> and the devices below the
-// session. gone is set when the session vanished during the read.
-func readSession(sys sysfs.FS, name string) (s Session, gone bool, err error) {
-	id, err := ParseSessionID(name)
-	if err != nil {
-		return Session{}, false, err
-	}
-	link := sessionClass + "/" + name
-	target, err := sys.ReadLink(link)
+// listDir lists the directory name below d; prev is its last listing. A
+// missing directory lists nothing.
+func (p *pass) listDir(d sysfs.Dir, name string, prev []string) ([]string, error) {
+	sub, err := d.OpenDir(name)
 	if sysfs.IsNotExist(err) {
-		return Session{}, true, nil
+		return nil, nil
 	}
 	if err != nil {
-		return Session{}, false, err
+		return nil, err
 	}
-	// The class link points at devices/platform/hostH/sessionN/iscsi_session/sessionN;
-	// the session device, which holds the targets, is two levels up.
-	dev := path.Join(sessionClass, target)
-	sessDev := path.Dir(path.Dir(dev))
-	host, err := ParseHostID(path.Base(path.Dir(sessDev)))
-	if err != nil {
-		return Session{}, false, fmt.Errorf("%s -> %s: %w", link, target, err)
-	}
-	s = Session{ID: id, Host: host}
-	// A missing attribute below a session whose link is gone too means
-	// the session was logged out while we read; anything else is a
-	// broken tree and an error.
-	if err := readSessionAttrs(sys, dev, &s); err != nil {
-		if vanished(sys, link, err) {
-			return Session{}, true, nil
-		}
-		return Session{}, false, err
-	}
-	if s.LUNs, err = readLUNs(sys, sessDev); err != nil {
-		if vanished(sys, link, err) {
-			return Session{}, true, nil
-		}
-		return Session{}, false, err
-	}
-	return s, false, nil
+	defer sub.Close()
+	return sub.Names(prev)
 }
 
-func readSessionAttrs(sys sysfs.FS, dev string, s *Session) error {
-	state, err := sys.ReadAttr(dev + "/state")
-	if err != nil {
-		return err
-	}
-	s.State = SessionState(state)
-	if s.TargetName, err = sys.ReadAttr(dev + "/targetname"); err != nil {
-		return err
-	}
-	tpgt, err := sys.ReadIntAttr(dev + "/tpgt")
-	if err != nil {
-		return err
-	}
-	tmo, err := sys.ReadIntAttr(dev + "/recovery_tmo")
-	if err != nil {
-		return err
-	}
-	s.TPGT, s.RecoveryTmo = int(tpgt), int(tmo)
-	// target_id, ifacename and initiatorname are published by every
-	// current kernel but are not needed to judge a session: optional.
-	s.TargetID = -1
-	if v, ok, err := sys.ReadOptionalAttr(dev + "/target_id"); err != nil {
-		return err
-	} else if ok && v != "-1" {
-		// The kernel prints -1 while a session has no target bound
-		// (during a logout): not an error, the id is just unknown.
-		if s.TargetID, err = parseNonNegative(v); err != nil {
-			return fmt.Errorf("parse %s/target_id: %w", dev, err)
-		}
-	}
-	if s.IfaceName, err = optionalName(sys, dev+"/ifacename"); err != nil {
-		return err
-	}
-	s.InitiatorName, err = optionalName(sys, dev+"/initiatorname")
-	return err
-}
-
-// optionalName reads a name attribute that a transport may not publish;
-// the kernel prints an unset name as "(null)".
-func optionalName(sys sysfs.FS, rel string) (string, error) {
-	v, ok, err := sys.ReadOptionalAttr(rel)
-	if err != nil || !ok || v == "(null)" {
-		return "", err
-	}
-	return v, nil
-}
-
-// vanished reports whether err is a missing entry below an object whose
-// class link is gone too: the object was removed during the read.
-func vanished(sys sysfs.FS, link string, err error) bool {
-	if !sysfs.IsNotExist(err) {
-		return false
-	}
-	_, serr := sys.ReadLink(link)
-	return sysfs.IsNotExist(serr)
-}
-
-// readConnections reads class/iscsi_connection/* and attaches each
-// connection to its session.
-func readConnections(sys sysfs.FS, snap *Snapshot) error {
-	names, err := optionalDir(sys, connectionClass)
-	if err != nil {
-		return err
-	}
-	index := make(map[SessionID]int, len(snap.Sessions))
-	for i, s := range snap.Sessions {
-		index[s.ID] = i
-	}
-	for _, name := range names {
-		if !strings.HasPrefix(name, "connection") {
-			continue
-		}
-		id, err := ParseConnectionID(name)
-		if err != nil {
-			return err
-		}
-		// A connection can outlive its session's listing by a moment
-		// during a logout: skip it rather than invent a session.
-		i, ok := index[id.Session]
-		if !ok {
-			continue // its session vanished during the read
-		}
-		c, err := readConnection(sys, id)
-		if err != nil {
-			if vanished(sys, connectionClass+"/"+name, err) {
-				continue
-			}
-			return err
-		}
-		snap.Sessions[i].Connections = append(snap.Sessions[i].Connections, c)
-	}
-	for i := range snap.Sessions {
-		cs := snap.Sessions[i].Connections
-		sort.Slice(cs, func(a, b int) bool { return cs[a].ID.CID < cs[b].ID.CID })
-	}
-	return nil
-}
-
-func readConnection(sys sysfs.FS, id ConnectionID) (Connection, error) {
-	dir := connectionClass + "/" + id.String()
-	c := Connection{ID: id}
-	state, err := sys.ReadAttr(dir + "/state")
-	if err != nil {
-		return Connection{}, err
-	}
-	c.State = ConnState(state)
-	if c.PersistentAddress, err = sys.ReadAttr(dir + "/persistent_address"); err != nil {
-		return Connection{}, err
-	}
-	port, err := sys.ReadAttr(dir + "/persistent_port")
-	if err != nil {
-		return Connection{}, err
-	}
-	if c.PersistentPort, err = parsePort(port); err != nil {
-		return Connection{}, fmt.Errorf("parse %s/persistent_port: %w", dir, err)
-	}
-	if c.State != ConnUp {
-		// address and port answer ENOTCONN while the connection is down.
-		return c, nil
-	}
-	addr, ok, err := readConnected(sys, dir+"/address")
-	if err != nil || !ok {
-		return c, err
-	}
-	p, ok, err := readConnected(sys, dir+"/port")
-	if err != nil || !ok {
-		return c, err
-	}
-	if c.Port, err = parsePort(p); err != nil {
-		return Connection{}, fmt.Errorf("parse %s/port: %w", dir, err)
-	}
-	c.Address = addr
-	return c, nil
-}
-
-// readConnected reads an attribute that answers ENOTCONN while its
-// connection is down (it may go down between reading state and this):
-// ok is false then, and that is not an error.
-func readConnected(sys sysfs.FS, rel string) (string, bool, error) {
-	v, err := sys.ReadAttr(rel)
-	if errors.Is(err, syscall.ENOTCONN) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	return v, true, nil
-}
-
-// parsePort parses a TCP port as the kernel prints it.
-func parsePort(s string) (int, error) {
-	p, err := parseNonNegative(s)
-	if err != nil || p > 65535 {
-		return 0, fmt.Errorf("bad port %q", s)
-	}
-	return p, nil
-}
-
-// readHosts lists class/iscsi_host. Software iSCSI hosts publish nothing
+// hosts lists class/iscsi_host. Software iSCSI hosts publish nothing
 // pathmend needs beyond their number (ipaddress answers ENOTCONN without
 // a connection), so a Host is its ID.
-func readHosts(sys sysfs.FS) ([]Host, error) {
-	names, err := optionalDir(sys, hostClass)
+func (p *pass) hosts() ([]Host, error) {
+	names, err := p.list(hostClass)
 	if err != nil {
 		return nil, err
 	}
@@ -289,6 +183,13 @@ func readHosts(sys sysfs.FS) ([]Host, error) {
 		}
 		hosts = append(hosts, Host{ID: id})
 	}
-	sort.Slice(hosts, func(i, j int) bool { return hosts[i].ID < hosts[j].ID })
+	slices.SortFunc(hosts, func(a, b Host) int { return int(a.ID) - int(b.ID) })
 	return hosts, nil
+}
+
+// prune forgets the objects the last pass did not see.
+func (r *Reader) prune() {
+	maps.DeleteFunc(r.sessions, func(_ string, m *sessionMemo) bool { return m.seen != r.pass })
+	maps.DeleteFunc(r.conns, func(_ string, m *connMemo) bool { return m.seen != r.pass })
+	maps.DeleteFunc(r.maps, func(_ string, m *mapMemo) bool { return m.seen != r.pass })
 }

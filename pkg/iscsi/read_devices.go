@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -17,13 +19,22 @@ const sectorSize = 512
 // mpathUUIDPrefix marks a dm-multipath map's dm/uuid.
 const mpathUUIDPrefix = "mpath-"
 
-// readLUNs walks sessDev/target<H:C:T>/<H:C:T:L> and reads each SCSI
-// device with its block device. A session without a target directory
-// (no LUN reported yet) has no LUNs.
-func readLUNs(sys sysfs.FS, sessDev string) ([]LUN, error) {
-	entries, err := sys.ReadDir(sessDev)
+// luns walks the session device's target<H:C:T>/<H:C:T:L> directories and
+// reads each SCSI device with its block device. A session without a
+// target directory (no LUN reported yet) has no LUNs.
+func (p *pass) luns(m *sessionMemo) ([]LUN, error) {
+	sd, err := p.root.OpenDir(m.sessDev)
 	if err != nil {
 		return nil, err
+	}
+	entries, err := sd.Names(m.devices)
+	sd.Close()
+	if err != nil {
+		return nil, err
+	}
+	m.devices = entries
+	if m.targets == nil {
+		m.targets = map[string]*targetMemo{}
 	}
 	var luns []LUN
 	for _, t := range entries {
@@ -31,80 +42,124 @@ func readLUNs(sys sysfs.FS, sessDev string) ([]LUN, error) {
 			continue
 		}
 		if _, _, _, err := parseTargetDir(t); err != nil {
-			return nil, fmt.Errorf("%s/%s: %w", sessDev, t, err)
+			return nil, fmt.Errorf("%s/%s: %w", m.sessDev, t, err)
 		}
-		tdir := sessDev + "/" + t
-		// Beside the H:C:T:L device directories the target directory holds
-		// power/, subsystem and uevent; those fail to parse and are skipped.
-		devs, err := sys.ReadDir(tdir)
-		if err != nil {
+		tm := m.targets[t]
+		if tm == nil {
+			tm = &targetMemo{rel: m.sessDev + "/" + t, luns: map[string]*lunMemo{}}
+			m.targets[t] = tm
+		}
+		tm.seen = p.r.pass
+		if luns, err = p.targetLUNs(tm, luns); err != nil {
 			return nil, err
 		}
-		for _, d := range devs {
-			addr, err := ParseSCSIAddress(d)
-			if err != nil {
-				continue // power, subsystem, uevent: not a device
-			}
-			l, err := readLUN(sys, tdir+"/"+d, addr)
-			if err != nil {
-				if _, serr := sys.Stat(tdir + "/" + d); sysfs.IsNotExist(serr) {
-					continue // deleted during the read
-				}
-				return nil, err
-			}
-			luns = append(luns, l)
-		}
 	}
-	sort.Slice(luns, func(i, j int) bool { return luns[i].Address.LUN < luns[j].Address.LUN })
+	maps.DeleteFunc(m.targets, func(_ string, x *targetMemo) bool { return x.seen != p.r.pass })
+	slices.SortFunc(luns, func(a, b LUN) int { return a.Address.LUN - b.Address.LUN })
 	return luns, nil
 }
 
-func readLUN(sys sysfs.FS, dir string, addr SCSIAddress) (LUN, error) {
-	l := LUN{Address: addr}
-	state, err := sys.ReadAttr(dir + "/state")
+// targetLUNs appends the LUNs of one target directory to luns. Beside the
+// H:C:T:L device directories the target directory holds power/,
+// subsystem and uevent; those fail to parse and are skipped.
+func (p *pass) targetLUNs(tm *targetMemo, luns []LUN) ([]LUN, error) {
+	td, err := p.root.OpenDir(tm.rel)
 	if err != nil {
+		return nil, err
+	}
+	defer td.Close()
+	if tm.devs, err = td.Names(tm.devs); err != nil {
+		return nil, err
+	}
+	for _, d := range tm.devs {
+		addr, err := ParseSCSIAddress(d)
+		if err != nil {
+			continue // power, subsystem, uevent: not a device
+		}
+		lm := tm.luns[d]
+		if lm == nil {
+			lm = &lunMemo{state: d + "/state", wwid: d + "/wwid", vpd: tm.rel + "/" + d + "/vpd_pg83", block: tm.rel + "/" + d + "/block"}
+			tm.luns[d] = lm
+		}
+		lm.seen = p.r.pass
+		l, err := p.lun(td, lm, addr)
+		if err != nil {
+			if _, serr := td.Stat(d); sysfs.IsNotExist(serr) {
+				continue // deleted during the read
+			}
+			return nil, err
+		}
+		luns = append(luns, l)
+	}
+	maps.DeleteFunc(tm.luns, func(_ string, x *lunMemo) bool { return x.seen != p.r.pass })
+	return luns, nil
+}
+
+// lun reads one SCSI device below target directory td. Its state, WWID
+// (sdev_show_wwid prints the VPD page 0x83 a rescan re-reads), disk, size
+// and holders are read every time.
+func (p *pass) lun(td sysfs.Dir, lm *lunMemo, addr SCSIAddress) (LUN, error) {
+	l := LUN{Address: addr}
+	if err := text(td, lm.state, &lm.stateText); err != nil {
 		return LUN{}, err
 	}
-	l.State = DeviceState(state)
-	if l.WWID, err = readWWID(sys, dir); err != nil {
+	l.State = DeviceState(lm.stateText)
+	var err error
+	if l.WWID, err = p.wwid(td, lm); err != nil {
 		return LUN{}, err
 	}
-	disks, err := sys.ReadDir(dir + "/block")
+	bd, err := p.root.OpenDir(lm.block)
 	if sysfs.IsNotExist(err) {
 		return l, nil // the disk driver has not bound (yet)
 	}
 	if err != nil {
 		return LUN{}, err
 	}
+	defer bd.Close()
+	if lm.disks, err = bd.Names(lm.disks); err != nil {
+		return LUN{}, err
+	}
 	// A SCSI disk has exactly one block device; more would be a layout
 	// this model does not understand.
-	if len(disks) != 1 {
-		return LUN{}, fmt.Errorf("%s/block: want one disk, found %d", dir, len(disks))
+	if len(lm.disks) != 1 {
+		return LUN{}, fmt.Errorf("%s: want one disk, found %d", lm.block, len(lm.disks))
 	}
-	l.Disk = disks[0]
-	bdev := dir + "/block/" + l.Disk
-	sectors, err := sys.ReadIntAttr(bdev + "/size")
-	if err != nil {
+	l.Disk = lm.disks[0]
+	dm := lm.disk
+	if dm == nil || dm.name != l.Disk {
+		dm = &diskMemo{name: l.Disk, size: l.Disk + "/size", holders: lm.block + "/" + l.Disk + "/holders"}
+		lm.disk = dm
+	}
+	if err := text(bd, dm.size, &dm.sizeText); err != nil {
 		return LUN{}, err
+	}
+	sectors, err := strconv.ParseInt(dm.sizeText, 10, 64)
+	if err != nil {
+		return LUN{}, fmt.Errorf("parse %s/%s: %w", bd.Rel(), dm.size, err)
 	}
 	l.SizeBytes = sectors * sectorSize
-	if l.Holders, err = optionalDir(sys, bdev+"/holders"); err != nil {
+	if dm.holderNames, err = p.listDir(p.root, dm.holders, dm.holderNames); err != nil {
 		return LUN{}, err
 	}
+	l.Holders = dm.holderNames
 	return l, nil
 }
 
-// readWWID returns the device's wwid attribute or, on kernels without it,
+// wwid returns the device's wwid attribute or, on kernels without it,
 // the identifier derived from the raw vpd_pg83 page; "" when neither
 // exists or the page holds no identifier pathmend can derive (a
 // malformed or designator-less page): one odd LUN must not make the whole
 // node unreadable, and a LUN without a WWID is verified by size alone.
-func readWWID(sys sysfs.FS, dir string) (string, error) {
-	v, ok, err := sys.ReadOptionalAttr(dir + "/wwid")
-	if err != nil || ok {
-		return v, err
+func (p *pass) wwid(td sysfs.Dir, lm *lunMemo) (string, error) {
+	b, ok, err := td.ReadOptionalAttr(lm.wwid)
+	if err != nil {
+		return "", err
 	}
-	page, ok, err := readBinary(sys, dir+"/vpd_pg83")
+	if ok {
+		lm.wwidText = sysfs.Intern(b, lm.wwidText)
+		return lm.wwidText, nil
+	}
+	page, ok, err := readBinary(p.sys, lm.vpd)
 	if err != nil || !ok {
 		return "", err
 	}
@@ -137,56 +192,81 @@ func readBinary(sys sysfs.FS, rel string) ([]byte, bool, error) {
 	return b, true, nil
 }
 
-// readMaps lists block/dm-* and keeps the dm-multipath maps.
-func readMaps(sys sysfs.FS) ([]MultipathMap, error) {
-	names, err := optionalDir(sys, "block")
+// multipathMaps lists block/dm-* and keeps the dm-multipath maps.
+func (p *pass) multipathMaps() ([]MultipathMap, error) {
+	names, err := p.list("block")
 	if err != nil {
 		return nil, err
 	}
-	var maps []MultipathMap
+	var found []MultipathMap
 	for _, name := range names {
 		if !strings.HasPrefix(name, "dm-") {
 			continue
 		}
-		m, ok, err := readMap(sys, name)
+		m, ok, err := p.multipathMap(name)
 		if err != nil {
-			if _, serr := sys.ReadLink("block/" + name); sysfs.IsNotExist(serr) {
+			if _, serr := p.sys.ReadLink("block/" + name); sysfs.IsNotExist(serr) {
 				continue // removed during the read
 			}
 			return nil, err
 		}
 		if ok {
-			maps = append(maps, m)
+			found = append(found, m)
 		}
 	}
-	sort.Slice(maps, func(i, j int) bool { return devLess(maps[i].Device, maps[j].Device) })
-	return maps, nil
+	slices.SortFunc(found, func(a, b MultipathMap) int {
+		if devLess(a.Device, b.Device) {
+			return -1
+		}
+		return 1
+	})
+	return found, nil
 }
 
-func readMap(sys sysfs.FS, name string) (MultipathMap, bool, error) {
-	dir := "block/" + name
-	// Every dm device has dm/uuid (empty for some); only the "mpath-"
-	// prefix marks a multipath map.
-	uuid, err := sys.ReadAttr(dir + "/dm/uuid")
+// multipathMap reads block/<name>. Every dm device has dm/uuid (empty for
+// some); only the "mpath-" prefix marks a multipath map. The UUID is read
+// until it is set, which the kernel allows once; the name (a rename),
+// slaves, holders and size are read every time.
+func (p *pass) multipathMap(name string) (MultipathMap, bool, error) {
+	mm := p.r.maps[name]
+	if mm == nil {
+		mm = &mapMemo{object: object{rel: "block/" + name}}
+		p.r.maps[name] = mm
+	}
+	d, same, err := p.open(&mm.object)
 	if err != nil {
 		return MultipathMap{}, false, err
 	}
-	if !strings.HasPrefix(uuid, mpathUUIDPrefix) {
+	defer d.Close()
+	if !same {
+		*mm = mapMemo{object: mm.object}
+	}
+	if mm.uuid == "" {
+		if err := text(d, "dm/uuid", &mm.uuid); err != nil {
+			return MultipathMap{}, false, err
+		}
+	}
+	if !strings.HasPrefix(mm.uuid, mpathUUIDPrefix) {
 		return MultipathMap{}, false, nil // LVM, crypt, …: not ours to read
 	}
-	m := MultipathMap{Device: name, UUID: uuid}
-	if m.Name, err = sys.ReadAttr(dir + "/dm/name"); err != nil {
+	m := MultipathMap{Device: name, UUID: mm.uuid}
+	if err := text(d, "dm/name", &mm.name); err != nil {
 		return MultipathMap{}, false, err
 	}
-	if m.Slaves, err = optionalDir(sys, dir+"/slaves"); err != nil {
+	m.Name = mm.name
+	if mm.slaves, err = p.listDir(d, "slaves", mm.slaves); err != nil {
 		return MultipathMap{}, false, err
 	}
-	if m.Holders, err = optionalDir(sys, dir+"/holders"); err != nil {
+	if mm.holders, err = p.listDir(d, "holders", mm.holders); err != nil {
 		return MultipathMap{}, false, err
 	}
-	sectors, err := sys.ReadIntAttr(dir + "/size")
+	m.Slaves, m.Holders = mm.slaves, mm.holders
+	if err := text(d, "size", &mm.size); err != nil {
+		return MultipathMap{}, false, err
+	}
+	sectors, err := strconv.ParseInt(mm.size, 10, 64)
 	if err != nil {
-		return MultipathMap{}, false, err
+		return MultipathMap{}, false, fmt.Errorf("parse %s/size: %w", d.Rel(), err)
 	}
 	m.SizeBytes = sectors * sectorSize
 	return m, true, nil

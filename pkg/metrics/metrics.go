@@ -3,8 +3,8 @@
 //
 // Every metric is documented in docs/metrics.md. Label cardinality is
 // bounded: per-volume series are deleted when a volume is unstaged
-// (ForgetVolume), repair reasons are reduced to their class ("grace",
-// "cooldown", …) and kinds, scopes and verdicts are closed sets.
+// (ForgetVolume); kinds, scopes, verdicts and reason classes (heal.Class,
+// never the free-text reason) are closed sets.
 package metrics
 
 import (
@@ -34,6 +34,8 @@ type Metrics struct {
 	sessionRecoveries *prometheus.CounterVec
 	tickDuration      prometheus.Histogram
 	processes         prometheus.Counter
+	unreadable        prometheus.Gauge
+	intents           *prometheus.CounterVec
 
 	lastTick atomic.Int64 // unix nanoseconds of the end of the last tick
 }
@@ -68,8 +70,16 @@ func New() *Metrics {
 			Namespace: namespace, Name: "monitor_processes_started_total",
 			Help: "Processes the monitor started. Stays 0 on a healthy node: diagnosis reads sysfs only.",
 		}),
+		unreadable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "state_records_unreadable",
+			Help: "Staged-volume record files the last scan could not read. Nothing of a target such a file may belong to is torn down until it is readable or removed.",
+		}),
+		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "intent_reconciliations_total",
+			Help: "Verdicts on interrupted intents by record state (attaching, detaching) and verdict (rolled back, finished, kept, refused, failed, observed).",
+		}, []string{"state", "verdict"}),
 	}
-	m.reg.MustRegister(m.volumePaths, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes,
+	m.reg.MustRegister(m.volumePaths, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes, m.unreadable, m.intents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -118,7 +128,7 @@ func (m *Metrics) ObserveOutcomes(transport string, outs []heal.Outcome) {
 		return
 	}
 	for _, o := range outs {
-		m.repairs.WithLabelValues(transport, string(o.Defect.Kind), o.Defect.Scope.String(), string(o.Verdict), ReasonClass(o)).Inc()
+		m.repairs.WithLabelValues(transport, string(o.Defect.Kind), o.Defect.Scope.String(), string(o.Verdict), string(o.Class)).Inc()
 	}
 }
 
@@ -147,30 +157,28 @@ func (m *Metrics) LastTick() time.Time {
 	return time.Unix(0, m.lastTick.Load())
 }
 
+// SetUnreadableRecords records how many staged-volume record files the
+// last scan could not read.
+func (m *Metrics) SetUnreadableRecords(n int) {
+	if m == nil {
+		return
+	}
+	m.unreadable.Set(float64(n))
+}
+
+// ObserveIntent counts one verdict on an interrupted intent: state is the
+// record's (attaching, detaching), verdict the reconciliation's.
+func (m *Metrics) ObserveIntent(state, verdict string) {
+	if m == nil {
+		return
+	}
+	m.intents.WithLabelValues(state, strings.ReplaceAll(verdict, " ", "_")).Inc()
+}
+
 // ProcessStarted counts one process the monitor started.
 func (m *Metrics) ProcessStarted() {
 	if m == nil {
 		return
 	}
 	m.processes.Inc()
-}
-
-// ReasonClass reduces a verdict's reason to a bounded label value: the
-// text before the first colon ("grace", "cooldown", "observe mode"), or
-// "" for repairs and failures whose reasons name controllers.
-func ReasonClass(o heal.Outcome) string {
-	switch o.Verdict {
-	case heal.Repaired, heal.Failed:
-		return ""
-	case heal.Observed:
-		return "observe mode"
-	}
-	r := o.Reason
-	if i := strings.IndexByte(r, ':'); i >= 0 {
-		r = r[:i]
-	}
-	if len(r) > 40 {
-		r = r[:40]
-	}
-	return r
 }

@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/exec"
 	fakeexec "k8s.io/utils/exec/testing"
 
@@ -53,15 +55,21 @@ func TestOutcomesAreCountedWithBoundedReasons(t *testing.T) {
 	m := New()
 	d := heal.Defect{Kind: heal.ControllerNotContributing, Scope: heal.ScopeController}
 	m.ObserveOutcomes("nvme-tcp", []heal.Outcome{
-		{Defect: d, Verdict: heal.Deferred, Reason: "grace: nvme4 is 97ms old, 4.9s left"},
-		{Defect: d, Verdict: heal.Deferred, Reason: "grace: nvme4 is 1.1s old, 3.9s left"},
-		{Defect: d, Verdict: heal.Repaired, Reason: "tore down nvme4 (tcp 127.0.0.1:4421)"},
+		{Defect: d, Verdict: heal.Deferred, Class: heal.ClassGrace, Reason: "grace: nvme4 is 97ms old, 4.9s left"},
+		{Defect: d, Verdict: heal.Deferred, Class: heal.ClassGrace, Reason: "grace: nvme4 is 1.1s old, 3.9s left"},
+		{Defect: d, Verdict: heal.Repaired, Class: heal.ClassTornDown, Reason: "tore down nvme4 (tcp 127.0.0.1:4421)"},
+		{Defect: d, Verdict: heal.Refused, Class: heal.ClassCoTenants, Reason: "would leave co-tenants with no accessible path: nvme0n2 (/dev/nvme0n2)"},
 	})
-	if v := testutil.ToFloat64(m.repairs.WithLabelValues("nvme-tcp", "ControllerNotContributing", "controller", "deferred", "grace")); v != 2 {
-		t.Errorf("deferred grace = %v, want 2", v)
-	}
-	if v := testutil.ToFloat64(m.repairs.WithLabelValues("nvme-tcp", "ControllerNotContributing", "controller", "repaired", "")); v != 1 {
-		t.Errorf("repaired = %v, want 1", v)
+	// The label is the class, never the text: no truncation, no names.
+	want := `
+# HELP pathmend_repairs_total Heal verdicts by transport, defect kind, scope, verdict (repaired, observed, deferred, refused, failed) and reason class.
+# TYPE pathmend_repairs_total counter
+pathmend_repairs_total{kind="ControllerNotContributing",reason="co_tenants",scope="controller",transport="nvme-tcp",verdict="refused"} 1
+pathmend_repairs_total{kind="ControllerNotContributing",reason="grace",scope="controller",transport="nvme-tcp",verdict="deferred"} 2
+pathmend_repairs_total{kind="ControllerNotContributing",reason="torn_down",scope="controller",transport="nvme-tcp",verdict="repaired"} 1
+`
+	if err := testutil.CollectAndCompare(m.repairs, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -88,10 +96,17 @@ func TestServe_MetricsAndHealthz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
 	var healthy error
+	check := func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return healthy
+	}
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeListener(ctx, lis, m, func(context.Context) error { return healthy }) }()
+	go func() { done <- serveListener(ctx, lis, m, CachedCheck(check, HealthTTL, clk)) }()
 	base := "http://" + lis.Addr().String()
 
 	body := get(t, base+"/metrics", http.StatusOK)
@@ -101,7 +116,12 @@ func TestServe_MetricsAndHealthz(t *testing.T) {
 		}
 	}
 	get(t, base+"/healthz", http.StatusOK)
+	mu.Lock()
 	healthy = errors.New("last monitor tick 2m ago")
+	mu.Unlock()
+	// Within HealthTTL the last result stands; past it the check runs again.
+	get(t, base+"/healthz", http.StatusOK)
+	clk.SetTime(clk.Now().Add(HealthTTL))
 	if body := get(t, base+"/healthz", http.StatusServiceUnavailable); !strings.Contains(body, "2m ago") {
 		t.Errorf("healthz body = %q", body)
 	}
@@ -123,4 +143,79 @@ func get(t *testing.T, url string, code int) string {
 		t.Fatalf("GET %s = %d, want %d: %s", url, resp.StatusCode, code, b)
 	}
 	return string(b)
+}
+
+// TestCachedCheck_RunsAtMostOncePerTTL: any number of calls within the TTL
+// run the check once and share its result, error or not; the first call
+// past the TTL runs it again.
+func TestCachedCheck_RunsAtMostOncePerTTL(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	runs := 0
+	result := errors.New("not ready")
+	cached := CachedCheck(func(context.Context) error { runs++; return result }, time.Second, clk)
+	ctx := context.Background()
+	for range 10000 {
+		if err := cached(ctx); err != result {
+			t.Fatalf("cached = %v, want %v", err, result)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("10,000 calls within the TTL ran the check %d times, want 1", runs)
+	}
+	clk.SetTime(clk.Now().Add(999 * time.Millisecond))
+	result = nil
+	if err := cached(ctx); err == nil || runs != 1 {
+		t.Errorf("just before the TTL: %v after %d runs, want the cached error after 1", err, runs)
+	}
+	clk.SetTime(clk.Now().Add(time.Millisecond))
+	if err := cached(ctx); err != nil || runs != 2 {
+		t.Errorf("at the TTL: %v after %d runs, want a fresh nil after 2", err, runs)
+	}
+}
+
+// TestCachedCheck_OneRunInFlight: callers arriving while a run is in
+// flight wait for it and share its result; a caller that gives up does not
+// cancel the run for the others.
+func TestCachedCheck_OneRunInFlight(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	var mu sync.Mutex
+	runs := 0
+	started, release := make(chan struct{}), make(chan struct{})
+	cached := CachedCheck(func(ctx context.Context) error {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+		close(started)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, time.Second, clk)
+
+	first, cancelFirst := context.WithCancel(context.Background())
+	firstErr := make(chan error, 1)
+	go func() { firstErr <- cached(first) }()
+	<-started
+	const waiters = 50
+	errs := make(chan error, waiters)
+	for range waiters {
+		go func() { errs <- cached(context.Background()) }()
+	}
+	cancelFirst() // the caller that started the run hangs up
+	if err := <-firstErr; err == nil {
+		t.Error("the caller that hung up got a result")
+	}
+	close(release)
+	for range waiters {
+		if err := <-errs; err != nil {
+			t.Errorf("waiter: %v, want the run's nil", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 1 {
+		t.Errorf("%d runs, want 1", runs)
+	}
 }

@@ -1,13 +1,11 @@
 package nvme
 
 import (
-	"bufio"
-	"bytes"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 
+	"github.com/pathmend/pathmend/internal/sysbench"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
@@ -79,24 +77,6 @@ func attributeFiles(fsys sysfs.FS, h *Host) []string {
 	return files
 }
 
-// readSyscalls returns the process's read(2)-family syscall count
-// (/proc/self/io syscr), which measures what a Read really did.
-func readSyscalls(b *testing.B) int64 {
-	raw, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		b.Skip("no /proc/self/io:", err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("syscr: ")); ok {
-			n, _ := strconv.ParseInt(string(v), 10, 64)
-			return n
-		}
-	}
-	b.Skip("no syscr in /proc/self/io")
-	return 0
-}
-
 // BenchmarkInspect is one monitor tick's diagnosis: Read the whole host,
 // then Inspect it.
 func BenchmarkInspect(b *testing.B) {
@@ -111,7 +91,7 @@ func BenchmarkInspect(b *testing.B) {
 	files := len(attributeFiles(fsys, h))
 	b.ReportAllocs()
 	b.ResetTimer()
-	before := readSyscalls(b)
+	before := sysbench.ReadSyscalls(b)
 	for b.Loop() {
 		h, err := Read(fsys)
 		if err != nil {
@@ -122,7 +102,7 @@ func BenchmarkInspect(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(files), "files/op")
-	b.ReportMetric(float64(readSyscalls(b)-before)/float64(b.N), "read-syscalls/op")
+	b.ReportMetric(float64(sysbench.ReadSyscalls(b)-before)/float64(b.N), "read-syscalls/op")
 }
 
 // BenchmarkReadFileFloor reads the same attribute files with os.ReadFile
@@ -161,4 +141,34 @@ func BenchmarkInspectOnly(b *testing.B) {
 			b.Fatalf("healthy tree: %d defects", len(d))
 		}
 	}
+}
+
+// BenchmarkReaderRead is the read of a monitor tick in the steady state:
+// a Reader that has read the host before reads it again, unchanged. It
+// reports the attribute files, directories and stats one Read costs and
+// floor-ratio: its time over one pass of BenchmarkReadFileFloor's loop
+// (every attribute file a full Read opens, with os.ReadFile), timed in
+// alternation.
+func BenchmarkReaderRead(b *testing.B) {
+	fsys := benchTree(b)
+	r := NewReader(fsys, ScopeAll)
+	h, err := r.Read()
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := attributeFiles(fsys, h)
+	before := r.Counts()
+	b.ReportAllocs()
+	ratio, reads := sysbench.Ratio(b, files, func() {
+		if _, err := r.Read(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	after := r.Counts()
+	n := float64(b.N)
+	b.ReportMetric(float64(after.Reads-before.Reads)/n, "files/op")
+	b.ReportMetric(float64(after.Lists-before.Lists)/n, "dirs/op")
+	b.ReportMetric(float64(after.Stats-before.Stats)/n, "stats/op")
+	b.ReportMetric(reads, "read-syscalls/op")
+	b.ReportMetric(ratio, "floor-ratio")
 }

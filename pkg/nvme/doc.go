@@ -43,7 +43,15 @@
 // # Reading
 //
 // Read lists the subsystems, then the controllers, and reads each
-// attribute once with one bounded read. A missing required attribute is
+// attribute once with one bounded read. A Reader does the same again and
+// again (the monitor keeps one): it lists every directory and reads every
+// attribute that can change while its object lives each time, and the
+// attributes fixed for an object's life once per object, kept under the
+// sysfs.Identity of its directory, so a new object under an old name is
+// read afresh. Its ScopePaths reads only the volatile attributes that
+// diagnosis and path reports decide on and leaves the others zero; Index
+// answers the per-volume lookups of a tick by NQN. docs/performance.md
+// lists which attribute is which and why. A missing required attribute is
 // an error naming its path. An object whose directory disappears between
 // the listing and the read (ENOENT on the attribute and on the directory)
 // is a race with the kernel: it is left out and recorded in Host.Skipped
@@ -97,7 +105,8 @@
 // # Invariants
 //
 // Model values are snapshots of one read; nothing mutates a Host after
-// Read returns it, and Inspect only reads it. Output order is
+// Read returns it, and Inspect only reads it. Successive Hosts of one
+// Reader share the slices and strings of what did not change. Output order is
 // deterministic: subsystems, controllers, namespaces and paths by
 // instance number, defects as documented on Inspect.
 package nvme

@@ -75,24 +75,26 @@ func (in *inspection) controllerDefect(s *Subsystem, c *Controller) (heal.Defect
 	if c == nil || c.State.Deleting() || !c.State.Known() {
 		return heal.Defect{}, false
 	}
-	d := heal.Defect{
-		Scope:   heal.ScopeController,
-		Subject: string(c.Name) + " (" + c.Endpoint().String() + ")",
-		Key:     s.NQN + " " + c.Endpoint().String(),
-		Volumes: in.volumes(s.NQN),
+	// The defect's strings are built only for a controller that has one:
+	// a healthy tick inspects thousands that do not.
+	defect := func(kind heal.Kind, detail string, lacking []*Namespace) heal.Defect {
+		gone := []ControllerName{c.Name}
+		return heal.Defect{
+			Kind:      kind,
+			Scope:     heal.ScopeController,
+			Subject:   string(c.Name) + " (" + c.Endpoint().String() + ")",
+			Key:       s.NQN + " " + c.Endpoint().String(),
+			Volumes:   in.volumes(s.NQN),
+			Detail:    detail,
+			Teardown:  in.teardown(s, gone, lacking),
+			CoTenants: in.coTenants(s, gone, lacking),
+		}
 	}
-	gone := []ControllerName{c.Name}
 	if c.State == StateDead {
-		d.Kind = heal.StaleEndpoint
-		d.Detail = fmt.Sprintf("%s of %s is dead: the kernel gave up on it", c.Name, s.Name)
-	} else if addr, unlisted := in.unlisted(s.NQN, c); unlisted {
-		d.Kind = heal.StaleEndpoint
-		d.Detail = fmt.Sprintf("%s of %s (%s) goes to %s, which no staged volume of %s lists", c.Name, s.Name, c.State, addr, s.NQN)
+		return defect(heal.StaleEndpoint, fmt.Sprintf("%s of %s is dead: the kernel gave up on it", c.Name, s.Name), nil), true
 	}
-	if d.Kind != "" {
-		d.Teardown = in.teardown(s, gone, nil)
-		d.CoTenants = in.coTenants(s, gone, nil)
-		return d, true
+	if addr, unlisted := in.unlisted(s.NQN, c); unlisted {
+		return defect(heal.StaleEndpoint, fmt.Sprintf("%s of %s (%s) goes to %s, which no staged volume of %s lists", c.Name, s.Name, c.State, addr, s.NQN), nil), true
 	}
 	// Only a live controller has finished its namespace scan; one that
 	// is reconnecting keeps its legs or gets them when it is live again.
@@ -111,11 +113,7 @@ func (in *inspection) controllerDefect(s *Subsystem, c *Controller) (heal.Defect
 	if len(lacking) == 0 {
 		return heal.Defect{}, false
 	}
-	d.Kind = heal.ControllerNotContributing
-	d.Teardown = in.teardown(s, gone, lacking)
-	d.CoTenants = in.coTenants(s, gone, lacking)
-	d.Detail = fmt.Sprintf("live controller %s of %s has no path to %s", c.Name, s.Name, strings.Join(names, ", "))
-	return d, true
+	return defect(heal.ControllerNotContributing, fmt.Sprintf("live controller %s of %s has no path to %s", c.Name, s.Name, strings.Join(names, ", ")), lacking), true
 }
 
 // unlisted reports whether staged volumes on nqn exist, every one of them

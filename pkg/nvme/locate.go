@@ -32,13 +32,21 @@ type Located struct {
 // the NQN (AmbiguousHead), the one whose namespace has a usable path wins,
 // so a lookup never returns the stale instance's device.
 func Locate(h *Host, e Expectation) (Located, error) {
+	var subs []*Subsystem
+	for i := range h.Subsystems {
+		if h.Subsystems[i].NQN == e.NQN {
+			subs = append(subs, &h.Subsystems[i])
+		}
+	}
+	return locate(h, e, subs)
+}
+
+// locate is Locate over subs, the subsystem instances of h that answer
+// e's NQN, in instance order.
+func locate(h *Host, e Expectation, subs []*Subsystem) (Located, error) {
 	var candidates []Located
 	connected := false
-	for i := range h.Subsystems {
-		s := &h.Subsystems[i]
-		if s.NQN != e.NQN {
-			continue
-		}
+	for _, s := range subs {
 		connected = true
 		for j := range s.Namespaces {
 			ns := &s.Namespaces[j]
@@ -94,15 +102,16 @@ func usablePaths(h *Host, ns *Namespace) int {
 func ControllersTo(h *Host, nqn string, ep volume.Endpoint) []*Controller {
 	var out []*Controller
 	for i := range h.Controllers {
-		c := &h.Controllers[i]
-		if c.SubsysNQN != nqn || c.State.Deleting() || c.State == StateDead {
-			continue
-		}
-		if EndpointMatches(c.Address, ep) {
+		if c := &h.Controllers[i]; c.SubsysNQN == nqn && presentTo(c, ep) {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// presentTo reports whether c counts as a present controller to ep.
+func presentTo(c *Controller, ep volume.Endpoint) bool {
+	return !c.State.Deleting() && c.State != StateDead && EndpointMatches(c.Address, ep)
 }
 
 // EndpointMatches reports whether a controller address goes to ep: equal
@@ -133,10 +142,16 @@ type PathReport struct {
 
 // ReportPaths grades every expected endpoint of e in h.
 func ReportPaths(h *Host, e Expectation) PathReport {
-	r := PathReport{Expected: len(e.Endpoints)}
 	loc, locErr := Locate(h, e)
+	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return ControllersTo(h, e.NQN, ep) })
+}
+
+// reportPaths is ReportPaths given e's location and its controllers to
+// each endpoint.
+func reportPaths(e Expectation, loc Located, locErr error, controllersTo func(volume.Endpoint) []*Controller) PathReport {
+	r := PathReport{Expected: len(e.Endpoints)}
 	for _, ep := range e.Endpoints {
-		ctrls := ControllersTo(h, e.NQN, ep)
+		ctrls := controllersTo(ep)
 		if len(ctrls) == 0 {
 			r.Problems = append(r.Problems, ep.String()+": not connected")
 			continue

@@ -19,6 +19,9 @@ type Host struct {
 	// read. A subsystem named here is unsettled: Inspect decides nothing
 	// about it until a later read sees it whole.
 	Skipped []Skip `json:"skipped,omitempty"`
+	// Scope is what the read read: ScopeAll (Read), or ScopePaths, whose
+	// Host leaves the attributes no decision reads zero.
+	Scope Scope `json:"scope,omitempty"`
 }
 
 // Skip is an object Read left out of a Host.

@@ -2,8 +2,9 @@ package nvme
 
 import (
 	"errors"
-	"fmt"
+	"maps"
 	"slices"
+	"sync"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
@@ -20,7 +21,9 @@ var errVanished = errors.New("vanished during the read")
 
 // Read reads the NVMe state of the host from fsys in one pass: every
 // subsystem with its namespaces, then every controller with its legs. It
-// starts no process and writes nothing.
+// starts no process and writes nothing, and it remembers nothing: every
+// attribute is read (pathmend diagnose, the attacher). A loop that reads
+// the same host again and again keeps a Reader instead.
 //
 // A missing class/nvme or class/nvme-subsystem directory (the modules are
 // not loaded) reads as an empty Host. A missing required attribute is an
@@ -28,18 +31,121 @@ var errVanished = errors.New("vanished during the read")
 // read is a race with the kernel, not an error: it is left out and listed
 // in Host.Skipped.
 func Read(fsys sysfs.FS) (*Host, error) {
-	r := &reader{fs: fsys, attrs: sysfs.NewAttrReader(fsys)}
-	h := &Host{}
-	subNames, err := r.list(classSubsystem, func(n string) bool { return SubsystemName(n).Instance() >= 0 })
+	return NewReader(fsys, ScopeAll).Read()
+}
+
+// Scope is what a Reader reads.
+type Scope uint8
+
+const (
+	// ScopeAll reads every attribute of the model: a Reader's Host
+	// equals what Read returns.
+	ScopeAll Scope = iota
+	// ScopePaths reads what diagnosis (Inspect), path reports
+	// (ReportPaths) and reconnection (ControllersTo, Locate) decide on:
+	// every attribute fixed for an object's life (read once per object),
+	// plus the presence of every object, controller state and creation
+	// time and the ANA state of every leg, read every time. The
+	// attributes that change while an object lives and that no decision
+	// reads are left zero, not read: Controller.CntlID, KATO,
+	// CtrlLossTmo, ReconnectDelay, FastIOFailTmo, RawAddress and
+	// Address.SrcAddr (the rest of Address is the controller's fabrics
+	// options, fixed at its creation), Subsystem.IOPolicy,
+	// Namespace.Sectors and Path.ANAGroup. A ScopePaths Host equals a
+	// ScopeAll Host with those fields zeroed; the monitor reads this way.
+	ScopePaths
+)
+
+// Reader reads the NVMe state of one host again and again, as the
+// monitor does every tick, and returns a Host equal to what Read would
+// return at that moment (with ScopePaths: to it with the fields that
+// scope leaves out zeroed). It lists every directory and re-reads every
+// attribute that can change while its kernel object lives (controller
+// state, cntlid, kato, address and timeouts, ANA state and group, iopolicy,
+// namespace size) on every Read, and reads the attributes that cannot
+// (a subsystem's NQN, model, serial and type; a controller's transport,
+// subsystem NQN and host NQN; a namespace's nsid, NGUID, UUID and WWID)
+// once per object: they are kept under the sysfs.Identity of the object's
+// directory, so an object re-created under a used name (a new controller
+// that is nvme3 again, a namespace head re-created as nvme0n1) is read
+// afresh. docs/performance.md holds the kernel facts each choice rests on.
+//
+// A Reader is safe for concurrent use; Reads are serialized.
+type Reader struct {
+	mu    sync.Mutex
+	scope Scope
+	attrs *sysfs.AttrReader
+	// pass numbers the Reads; a memo not seen by the last successful
+	// pass is dropped.
+	pass        uint64
+	subsysClass listing
+	ctrlClass   listing
+	subsystems  map[SubsystemName]*subsysMemo
+	controllers map[ControllerName]*ctrlMemo
+	// owner and devs are scratch space reused by every pass.
+	owner map[ControllerName]*Subsystem
+	devs  []ctrlDisk
+}
+
+// NewReader returns a Reader of fsys, reading scope, that remembers
+// nothing yet. It reads nothing.
+func NewReader(fsys sysfs.FS, scope Scope) *Reader {
+	return &Reader{
+		scope:       scope,
+		attrs:       sysfs.NewAttrReader(fsys),
+		subsystems:  map[SubsystemName]*subsysMemo{},
+		controllers: map[ControllerName]*ctrlMemo{},
+		owner:       map[ControllerName]*Subsystem{},
+	}
+}
+
+// Counts returns the attribute reads, directory listings and stats the
+// Reader has made so far.
+func (r *Reader) Counts() sysfs.Counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attrs.Counts()
+}
+
+// Read reads the host once more; see Reader and the package function Read,
+// whose result and errors it matches.
+func (r *Reader) Read() (*Host, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pass++
+	p := &pass{r: r, fs: r.attrs.FS(), attrs: r.attrs, root: r.attrs.OpenRoot()}
+	defer p.root.Close()
+	h, err := p.host()
 	if err != nil {
 		return nil, err
 	}
-	owner := make(map[ControllerName]*Subsystem)
+	r.prune()
+	return h, nil
+}
+
+// pass carries one Read: the Reader's memory, the FS, its root held open
+// for the pass, and what was skipped.
+type pass struct {
+	r       *Reader
+	fs      sysfs.FS
+	attrs   *sysfs.AttrReader
+	root    sysfs.Dir
+	skipped []Skip
+}
+
+// host is one Read: subsystems with their namespaces, then controllers
+// with their legs, hung on their subsystems.
+func (p *pass) host() (*Host, error) {
+	h := &Host{Scope: p.r.scope}
+	subNames, err := p.list(classSubsystem, &p.r.subsysClass, func(n string) bool { return SubsystemName(n).Instance() >= 0 })
+	if err != nil {
+		return nil, err
+	}
 	h.Subsystems = make([]Subsystem, 0, len(subNames))
 	for _, n := range subNames {
-		s, err := r.subsystem(SubsystemName(n))
+		s, err := p.subsystem(SubsystemName(n))
 		if errors.Is(err, errVanished) {
-			r.skip(classSubsystem+"/"+n, SubsystemName(n), errVanished.Error())
+			p.skip(classSubsystem+"/"+n, SubsystemName(n), errVanished.Error())
 			continue
 		}
 		if err != nil {
@@ -48,13 +154,15 @@ func Read(fsys sysfs.FS) (*Host, error) {
 		h.Subsystems = append(h.Subsystems, s)
 	}
 	sortByInstance(h.Subsystems, func(s Subsystem) (int, string) { return s.Name.Instance(), string(s.Name) })
+	owner := p.r.owner
+	clear(owner)
 	for i := range h.Subsystems {
 		for _, c := range h.Subsystems[i].Controllers {
 			owner[c] = &h.Subsystems[i]
 		}
 	}
 
-	ctrlNames, err := r.list(classNVMe, func(n string) bool { return ControllerName(n).Instance() >= 0 })
+	ctrlNames, err := p.list(classNVMe, &p.r.ctrlClass, func(n string) bool { return ControllerName(n).Instance() >= 0 })
 	if err != nil {
 		return nil, err
 	}
@@ -66,9 +174,9 @@ func Read(fsys sysfs.FS) (*Host, error) {
 		if sub != nil {
 			subName = sub.Name
 		}
-		c, devs, err := r.controller(name, subName)
+		c, devs, err := p.controller(name, subName)
 		if errors.Is(err, errVanished) {
-			r.skip(classNVMe+"/"+n, subName, errVanished.Error())
+			p.skip(classNVMe+"/"+n, subName, errVanished.Error())
 			continue
 		}
 		if err != nil {
@@ -77,12 +185,13 @@ func Read(fsys sysfs.FS) (*Host, error) {
 		h.Controllers = append(h.Controllers, c)
 		if sub == nil {
 			if len(devs) > 0 {
-				r.skip(classNVMe+"/"+n, "", "controller no subsystem lists")
+				p.skip(classNVMe+"/"+n, "", "controller no subsystem lists")
 			}
 			continue
 		}
-		r.attach(sub, &c, devs)
+		p.attach(sub, &c, devs)
 	}
+	clear(owner)
 	sortByInstance(h.Controllers, func(c Controller) (int, string) { return c.Name.Instance(), string(c.Name) })
 	for i := range h.Subsystems {
 		s := &h.Subsystems[i]
@@ -93,94 +202,66 @@ func Read(fsys sysfs.FS) (*Host, error) {
 			})
 		}
 	}
-	h.Skipped = r.skipped
+	h.Skipped = p.skipped
 	return h, nil
 }
 
-// reader carries the FS and what was skipped through one Read. Attribute
-// reads share one buffer (attrs).
-type reader struct {
-	fs      sysfs.FS
-	attrs   *sysfs.AttrReader
-	skipped []Skip
+func (p *pass) skip(path string, sub SubsystemName, reason string) {
+	p.skipped = append(p.skipped, Skip{Path: path, Subsystem: sub, Reason: reason})
 }
 
-func (r *reader) skip(path string, sub SubsystemName, reason string) {
-	r.skipped = append(r.skipped, Skip{Path: path, Subsystem: sub, Reason: reason})
+// listing is a class directory's entries as last read, and the part of
+// them a reader keeps; kept is reused while the entries do not change.
+type listing struct {
+	all, kept []string
+	valid     bool
 }
 
 // list returns the entries of a class directory that match keep. A missing
 // directory means the module is not loaded and lists nothing.
-func (r *reader) list(dir string, keep func(string) bool) ([]string, error) {
-	names, err := r.fs.ReadDir(dir)
+func (p *pass) list(dir string, l *listing, keep func(string) bool) ([]string, error) {
+	d, err := p.root.OpenDir(dir)
 	if sysfs.IsNotExist(err) {
+		*l = listing{}
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(names, func(n string) bool { return !keep(n) }), nil
+	defer d.Close()
+	names, err := d.Names(l.all)
+	if err != nil {
+		return nil, err
+	}
+	if !l.valid || !sameSlice(names, l.all) {
+		*l = listing{all: names, kept: slices.Clip(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !keep(n) })), valid: true}
+	}
+	return l.kept, nil
+}
+
+// sameSlice reports whether a and b are the same slice (Dir.Names returns
+// its prev argument when a directory did not change).
+func sameSlice(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // vanished turns the failure of a read below dir into errVanished when dir
 // itself is gone, and returns err unchanged otherwise: a missing attribute
 // in a directory that still exists is a real error.
-func (r *reader) vanished(dir string, err error) error {
+func (p *pass) vanished(dir string, err error) error {
 	if !sysfs.IsNotExist(err) {
 		return err
 	}
-	if _, serr := r.fs.Stat(dir); sysfs.IsNotExist(serr) {
+	if _, serr := p.fs.Stat(dir); sysfs.IsNotExist(serr) {
 		return errVanished
 	}
 	return err
 }
 
-// attr reads a required attribute of dir.
-func (r *reader) attr(dir, name string) (string, error) {
-	v, err := r.attrs.ReadAttr(dir + "/" + name)
-	if err != nil {
-		return "", r.vanished(dir, err)
-	}
-	return v, nil
-}
-
-// optional reads an attribute a kernel may not publish; present is the
-// sorted entry list of dir when the caller has it (nil: try the read).
-func (r *reader) optional(dir, name string, present []string) (string, error) {
-	if present != nil {
-		if _, ok := slices.BinarySearch(present, name); !ok {
-			return "", nil
-		}
-		return r.attr(dir, name)
-	}
-	v, _, err := r.attrs.ReadOptionalAttr(dir + "/" + name)
-	return v, err
-}
-
-// number reads a required decimal attribute of at most bits bits.
-func (r *reader) number(dir, name string, bits int) (uint64, error) {
-	s, err := r.attr(dir, name)
-	if err != nil {
-		return 0, err
-	}
-	n, err := parseUint(s, bits)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s/%s: %w", dir, name, err)
-	}
-	return n, nil
-}
-
-// timeout reads a required fabrics timeout attribute.
-func (r *reader) timeout(dir, name string) (Timeout, error) {
-	s, err := r.attr(dir, name)
-	if err != nil {
-		return Timeout{}, err
-	}
-	t, err := ParseTimeout(s)
-	if err != nil {
-		return Timeout{}, fmt.Errorf("parse %s/%s: %w", dir, name, err)
-	}
-	return t, nil
+// prune forgets the objects the last pass did not see.
+func (r *Reader) prune() {
+	maps.DeleteFunc(r.subsystems, func(_ SubsystemName, m *subsysMemo) bool { return m.seen != r.pass })
+	maps.DeleteFunc(r.controllers, func(_ ControllerName, m *ctrlMemo) bool { return m.seen != r.pass })
 }
 
 // sortByInstance sorts kernel objects by instance number, then name.

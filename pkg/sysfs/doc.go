@@ -9,8 +9,14 @@
 // ReadOptionalAttr for attributes a kernel may not publish; values lose
 // their trailing newline, NULs and space padding (an NVMe model is padded
 // to 40 bytes), and one attribute is read with one bounded read (a page).
-// AttrReader does the same through a reused buffer for passes over
-// thousands of attributes. WriteAttr writes a value in one write(2) and
+// AttrReader does the same through reused buffers for passes over
+// thousands of attributes, and opens a Dir: a directory held open for a
+// pass, whose Identity (device, inode, mtime of one statx) tells it apart
+// from any directory that later takes its name (why that is sound on
+// kernfs: Identity, docs/performance.md), whose Names come back sorted
+// and as the previous slice when nothing changed, and whose attributes
+// are read with openat relative to it. Counts says how many reads,
+// listings and stats a reader made. WriteAttr writes a value in one write(2) and
 // never creates a file: delete_controller, rescan_controller and
 // class/scsi_host/hostH/scan go through it, so a test sees exactly what
 // was written.
@@ -21,7 +27,12 @@
 // attribute), err (unreadable attribute, e.g. ENOTCONN) and link (symlink
 // text). Materialize recreates a fixture below a directory with modes,
 // links and mtimes (now minus age). Fixtures are captured from real
-// kernels by hack/capture-sysfs; none is written by hand.
+// kernels by hack/capture-sysfs; none is written by hand. Sync (and Tree,
+// which holds a materialized fixture) changes a materialized tree into
+// another fixture the way the kernel changes sysfs: attributes rewritten
+// in place, a re-created object built anew with new inode numbers,
+// directory times left alone; Replace swaps a whole tree, as a reboot
+// would. They are for tests of readers that remember.
 //
 // The package holds no policy and starts no process.
 package sysfs

@@ -147,6 +147,39 @@ func trimAttr(b []byte) string {
 	return string(bytes.TrimRight(b, "\n \x00"))
 }
 
+// ErrNotSysfs is wrapped by CheckRoot's error for a root that exists
+// but is not a sysfs tree.
+var ErrNotSysfs = errors.New("not a sysfs tree")
+
+// rootDirs are directories every sysfs mount has, whatever modules are
+// loaded: a node without the NVMe or iSCSI modules has no class/nvme or
+// class/iscsi_session, but always class/ and devices/. An empty directory
+// where /sys should be mounted (a container without the host's /sys) has
+// neither.
+var rootDirs = []string{"class", "devices"}
+
+// CheckRoot reports whether the root is a sysfs tree: an existing
+// directory with class/ and devices/ directories. The error names the
+// root; for an existing root that lacks them it wraps ErrNotSysfs. An
+// absent class/nvme or class/iscsi_session is not checked: it is a node
+// whose modules are not loaded, a valid state with nothing on it.
+func (f FS) CheckRoot() error {
+	fi, err := os.Stat(f.root)
+	if err != nil {
+		return fmt.Errorf("sysfs root %s: %w", f.root, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("sysfs root %s is not a directory: %w", f.root, ErrNotSysfs)
+	}
+	for _, d := range rootDirs {
+		fi, err := os.Stat(f.Path(d))
+		if err != nil || !fi.IsDir() {
+			return fmt.Errorf("sysfs root %s has no %s/ directory (is sysfs mounted there?): %w", f.root, d, ErrNotSysfs)
+		}
+	}
+	return nil
+}
+
 // IsNotExist reports whether err says a sysfs entry does not exist.
 func IsNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 

@@ -58,3 +58,50 @@ func TestFS_ReadsTrimsAndBounds(t *testing.T) {
 		t.Errorf("Path escaped the root: %s", got)
 	}
 }
+
+func TestCheckRoot(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(rel ...string) string {
+		root := filepath.Join(append([]string{dir}, rel...)...)
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return root
+	}
+	bare := mk("bare") // a container's empty /sys mount point
+	mk("onlyclass", "class")
+	// A node with no NVMe or iSCSI module loaded: class/ and devices/ only.
+	mk("node", "class")
+	mk("node", "devices")
+	node := filepath.Join(dir, "node")
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		root      string
+		wantErr   string
+		notSysfs  bool
+		notExists bool
+	}{
+		{root: node},
+		{root: filepath.Join(dir, "nonexistent"), wantErr: filepath.Join(dir, "nonexistent"), notExists: true},
+		{root: bare, wantErr: bare + " has no class/ directory", notSysfs: true},
+		{root: filepath.Join(dir, "onlyclass"), wantErr: "has no devices/ directory", notSysfs: true},
+		{root: file, wantErr: file + " is not a directory", notSysfs: true},
+	} {
+		err := New(tc.root).CheckRoot()
+		if tc.wantErr == "" {
+			if err != nil {
+				t.Errorf("CheckRoot(%s) = %v, want nil", tc.root, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("CheckRoot(%s) = %v, want it to contain %q", tc.root, err, tc.wantErr)
+		}
+		if errors.Is(err, ErrNotSysfs) != tc.notSysfs || IsNotExist(err) != tc.notExists {
+			t.Errorf("CheckRoot(%s) = %v: ErrNotSysfs %t, not-exist %t", tc.root, err, errors.Is(err, ErrNotSysfs), IsNotExist(err))
+		}
+	}
+}

@@ -6,14 +6,25 @@ import (
 	"strings"
 )
 
+// MaxEndpoints bounds the items of one endpoint or portal list. Arrays
+// give a volume two to eight paths, a few large ones sixteen; 64 is more
+// than any of them, and it keeps the monitor's work per volume, the size of
+// a record and every error message bounded whatever a caller sends.
+const MaxEndpoints = 64
+
 // parseEndpointList parses a comma-separated list of endpoints. Items are
 // trimmed of surrounding whitespace; empty items and duplicates (after
 // normalization) are rejected because both are typos that would otherwise
 // silently change the number of paths. defaultPort 0 makes the port
-// mandatory.
+// mandatory. The list is counted before any item is parsed, and repeats are
+// found through a set: the cost is linear in the length of v.
 func parseEndpointList(v string, defaultPort uint16) ([]Endpoint, string) {
+	if n := strings.Count(v, ",") + 1; n > MaxEndpoints {
+		return nil, fmt.Sprintf("lists %d items; at most %d are accepted", n, MaxEndpoints)
+	}
 	items := strings.Split(v, ",")
 	eps := make([]Endpoint, 0, len(items))
+	seen := make(map[Endpoint]struct{}, len(items))
 	for i, item := range items {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -23,11 +34,10 @@ func parseEndpointList(v string, defaultPort uint16) ([]Endpoint, string) {
 		if r != "" {
 			return nil, fmt.Sprintf("item %d %s: %s", i+1, quoteValue(item), r)
 		}
-		for _, prev := range eps {
-			if prev == ep {
-				return nil, fmt.Sprintf("item %d: %s is listed twice", i+1, ep)
-			}
+		if _, dup := seen[ep]; dup {
+			return nil, fmt.Sprintf("item %d: %s is listed twice", i+1, ep)
 		}
+		seen[ep] = struct{}{}
 		eps = append(eps, ep)
 	}
 	return eps, ""

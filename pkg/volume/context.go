@@ -119,13 +119,29 @@ type FieldError struct {
 	// Secret is set when Key names a node-stage secret key, so the message
 	// sends the administrator to the Secret object rather than the PV.
 	Secret bool
+	// Publish is set when Key came from the publish context (the
+	// attachment details of ControllerPublishVolume) rather than the
+	// volume context, so the message sends the administrator to the
+	// storage system's controller rather than the PV.
+	Publish bool
 }
 
-// Error renders `volume context key "k": reason` or, for a secret key,
-// `node-stage secret key "k": reason`.
+// Error renders `volume context key "k": reason`, or for a secret key
+// `node-stage secret key "k": reason`, or for a key of the publish context
+// `publish context key "k": reason`.
+//
+// The key is quoted and cut to maxQuoted bytes: it came from the caller,
+// and an unknown key may be as long as the map it arrived in.
 func (e *FieldError) Error() string {
-	if e.Secret {
-		return fmt.Sprintf("node-stage secret key %q: %s", e.Key, e.Reason)
+	return fmt.Sprintf("%s key %s: %s", e.source(), quoteValue(e.Key), e.Reason)
+}
+
+func (e *FieldError) source() string {
+	switch {
+	case e.Secret:
+		return "node-stage secret"
+	case e.Publish:
+		return "publish context"
 	}
-	return fmt.Sprintf("volume context key %q: %s", e.Key, e.Reason)
+	return "volume context"
 }

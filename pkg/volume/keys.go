@@ -107,7 +107,7 @@ const anyTransport Transport = ""
 
 const (
 	kernelDefault  = "kernel default"
-	hostPortFormat = "comma-separated host:port; IPv6 as [addr]:port"
+	hostPortFormat = "comma-separated host:port, at most 64; IPv6 as [addr]:port"
 )
 
 var keyDocs = []KeyDoc{
@@ -139,7 +139,7 @@ var keyDocs = []KeyDoc{
 		Default:     "routing decides",
 		Description: "Local address every connection is made from (host_traddr)."},
 	{Key: keyHostIface, Transport: TransportNVMeTCP,
-		Format:      "network interface name, 1-15 characters",
+		Format:      "network interface name, 1-15 characters, no '/', ':', ',', '=' or spaces",
 		Default:     "routing decides",
 		Description: "Local interface every connection is bound to (host_iface)."},
 	{Key: keyCtrlLossTmo, Transport: TransportNVMeTCP,
@@ -175,7 +175,7 @@ var keyDocs = []KeyDoc{
 		Format:      "iqn.yyyy-mm.reverse.domain[:id], eui.<16 hex> or naa.<16 or 32 hex>; at most 223 bytes",
 		Description: "iSCSI name of the target."},
 	{Key: keyPortals, Transport: TransportISCSI, Required: true,
-		Format:      "comma-separated host[:port], port 3260 when omitted; IPv6 as [addr]:port or a bare address",
+		Format:      "comma-separated host[:port], at most 64, port 3260 when omitted; IPv6 as [addr]:port or a bare address",
 		Description: "Every portal the node logs in to; one session per portal."},
 	{Key: keyLUN, Transport: TransportISCSI, Required: true,
 		Format:      rangeLUN.String(),
@@ -226,6 +226,35 @@ func knownKeys(t Transport, secret bool) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// credentialWords mark a key as a credential whatever else it says: a
+// misspelt or foreign key ("chapPasword", "password", "iscsi.secret") is
+// as secret as the documented one it was meant to be.
+var credentialWords = []string{"secret", "password", "passwd", "chap", "token", "credential", "privatekey"}
+
+// IsCredentialKey reports whether a key of any map a CSI request carries
+// (volume context, publish context, secrets) names a credential, so that
+// its value must never be logged: every key the contract classes as a
+// secret (Keys with Secret set), in any case, behind any "prefix/", and
+// every key containing one of credentialWords. It errs on the side of
+// redaction; it decides nothing else.
+func IsCredentialKey(k string) bool {
+	if i := strings.LastIndexByte(k, '/'); i >= 0 {
+		k = k[i+1:]
+	}
+	lk := strings.ToLower(k)
+	for _, d := range keyDocs {
+		if d.Secret && strings.ToLower(d.Key) == lk {
+			return true
+		}
+	}
+	for _, w := range credentialWords {
+		if strings.Contains(lk, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // suggest returns the known key closest to k when it is plausibly a typo

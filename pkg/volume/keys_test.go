@@ -89,7 +89,9 @@ func TestDocs_ExamplesParse(t *testing.T) {
 			continue
 		}
 		secrets := yamlMap(b, "stringData:")
-		c, s, err := Parse(vc, secrets)
+		// A VolumeAttachment's attachmentMetadata is the publish context.
+		pc := yamlMap(b, "attachmentMetadata:")
+		c, s, err := ParseWithPublish(vc, pc, secrets)
 		if err != nil {
 			t.Errorf("example %d does not parse: %v", i+1, err)
 			continue

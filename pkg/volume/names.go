@@ -22,15 +22,21 @@ const discoveryNQN = "nqn.2014-08.org.nvmexpress.discovery"
 // domain the vendor owns (NVMe Base Specification, "NVMe Qualified Names").
 const uuidNQNPrefix = "nqn.2014-08.org.nvmexpress:uuid:"
 
-// nameChars accepts printable ASCII without spaces and commas. NQNs and
-// iSCSI names end up in the comma-separated option string written to
-// /dev/nvme-fabrics and in iscsiadm arguments, where a comma, a space or a
-// control character would split or corrupt the option.
+// nameChars accepts printable ASCII without spaces, commas and '='. NQNs,
+// iSCSI names and interface names end up in the key=value,… option string
+// written to /dev/nvme-fabrics and in iscsiadm arguments, where a comma, a
+// '=', a space or a control character would split or corrupt the option.
+// It is the parser's half of one rule: the fabrics option encoder refuses
+// the same bytes, and FuzzConnectOptions (pkg/nvme) proves that every
+// context Parse accepts encodes, so a bad name is InvalidArgument at parse
+// time, never a connect that fails on every retry.
 func nameChars(s string) string {
 	for i := 0; i < len(s); i++ {
 		switch b := s[i]; {
 		case b == ',':
 			return "contains a comma"
+		case b == '=':
+			return "contains '='"
 		case b <= ' ' || b >= 0x7f:
 			return "contains whitespace, a control character or a non-ASCII byte"
 		}

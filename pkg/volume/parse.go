@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -54,6 +55,60 @@ func Parse(volumeContext, secrets map[string]string) (Context, Secrets, error) {
 		}
 	}
 	return c, s, nil
+}
+
+// ParseWithPublish is Parse for a request that carries a publish context
+// as well: NodeStageVolume and NodePublishVolume. A storage system whose
+// controller masks a LUN or namespace per host at ControllerPublishVolume
+// (a CSIDriver with attachRequired: true) hands the node its attachment
+// details there instead of in the volume context. Both maps take the same
+// keys under the same rules; a key may be given in either, or in both with
+// byte-for-byte the same value. A key given in both with different values,
+// or a credential in the publish context, is a *FieldError with Publish
+// set, as is every error about a key only the publish context gave.
+func ParseWithPublish(volumeContext, publishContext, secrets map[string]string) (Context, Secrets, error) {
+	merged, fromPublish, err := mergePublish(volumeContext, publishContext)
+	if err != nil {
+		return Context{}, Secrets{}, err
+	}
+	c, s, err := Parse(merged, secrets)
+	var fe *FieldError
+	if errors.As(err, &fe) && !fe.Secret && (fromPublish[fe.Key] || fe.Key == EmptyKey && fromPublish[""]) {
+		fe.Publish = true
+	}
+	return c, s, err
+}
+
+// mergePublish returns the volume context with the keys only the publish
+// context gives added, and the set of those keys. It never modifies its
+// arguments, and never quotes a value: the two values of a conflicting key
+// may be as long as their maps.
+func mergePublish(vc, pc map[string]string) (map[string]string, map[string]bool, error) {
+	if len(pc) == 0 {
+		return vc, nil, nil
+	}
+	merged := make(map[string]string, len(vc)+len(pc))
+	for k, v := range vc {
+		merged[k] = v
+	}
+	fromPublish := map[string]bool{}
+	for _, k := range sortedKeys(pc) {
+		if strings.HasPrefix(k, IgnoredKeyPrefix) {
+			continue
+		}
+		if d, ok := keyIndex[k]; ok && d.Secret {
+			return nil, nil, &FieldError{Key: k, Publish: true, Reason: "secrets must come from node-stage secrets, not the publish context"}
+		}
+		if v, ok := vc[k]; ok {
+			if v != pc[k] {
+				return nil, nil, &FieldError{Key: k, Publish: true, Reason: "is given in the volume context and in the publish context with different values; the two must agree"}
+			}
+			continue
+		}
+		merged[k] = pc[k]
+		fromPublish[k] = true
+	}
+	return merged, fromPublish, nil
 }
 
 // EmptyKey is the FieldError.Key reported for a key that is the empty

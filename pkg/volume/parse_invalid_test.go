@@ -2,6 +2,7 @@ package volume
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,7 @@ var invalidCases = []invalidCase{
 		reason: "secrets must come from node-stage secrets, not the volume context"},
 	{name: "other transport's secret in the volume context", vc: withKeys(nvmeBase, "chapUsernameIn", "leaked-user"), key: "chapUsernameIn",
 		reason: "secrets must come from node-stage secrets"},
+	{name: "a 1 MiB unknown key", vc: withKeys(nvmeBase, hugeKey, "x"), key: hugeKey, reason: "unknown key for transport nvme-tcp"},
 	{name: "empty key", vc: withKeys(nvmeBase, "", "x"), key: EmptyKey, reason: "a key is the empty string"},
 	{name: "empty secret key", vc: nvmeBase, secrets: map[string]string{"": "x"}, key: EmptyKey, secret: true, reason: "a key is the empty string"},
 	{name: "empty required value", vc: withKeys(nvmeBase, "nqn", ""), key: "nqn", reason: "required, but the value is empty"},
@@ -58,6 +60,7 @@ var invalidCases = []invalidCase{
 	{name: "nqn non-ASCII", vc: withKeys(nvmeBase, "nqn", "nqn.2014-08.com.example:bänd"), key: "nqn", reason: "non-ASCII"},
 	{name: "nqn too long", vc: withKeys(nvmeBase, "nqn", "nqn.2014-08.com.example:"+strings.Repeat("a", 224-24)), key: "nqn", reason: "is 224 bytes long; an NQN is at most 223 bytes"},
 	{name: "nqn discovery", vc: withKeys(nvmeBase, "nqn", "nqn.2014-08.org.nvmexpress.discovery"), key: "nqn", reason: "is the discovery NQN"},
+	{name: "nqn with '=' (the fabrics option encoder refuses it)", vc: withKeys(nvmeBase, "nqn", "nqn.2014-08.com.example:a=b"), key: "nqn", reason: "contains '='"},
 	{name: "nqn bad UUID form", vc: withKeys(nvmeBase, "nqn", "nqn.2014-08.org.nvmexpress:uuid:1234"), key: "nqn", reason: "UUID form"},
 
 	// endpoints
@@ -86,6 +89,8 @@ var invalidCases = []invalidCase{
 	{name: "endpoint duplicate", vc: withKeys(nvmeBase, "endpoints", "192.0.2.10:4420,192.0.2.10:4420"), key: "endpoints", reason: "item 2: 192.0.2.10:4420 is listed twice"},
 	{name: "endpoint duplicate after normalization", vc: withKeys(nvmeBase, "endpoints", "[fd00::1]:4420, [FD00:0::1]:04420"), key: "endpoints", reason: "[fd00::1]:4420 is listed twice"},
 	{name: "endpoint duplicate host name in other case", vc: withKeys(nvmeBase, "endpoints", "a.example:4420,A.EXAMPLE:4420"), key: "endpoints", reason: "listed twice"},
+	{name: "more endpoints than MaxEndpoints", vc: withKeys(nvmeBase, "endpoints", manyEndpoints(MaxEndpoints+1, 4420)), key: "endpoints", reason: "lists 65 items; at most 64 are accepted"},
+	{name: "160,000 endpoints are counted, not parsed", vc: withKeys(nvmeBase, "endpoints", manyEndpoints(160000, 4420)), key: "endpoints", reason: "lists 160000 items; at most 64"},
 	{name: "long bad value is truncated", vc: withKeys(nvmeBase, "endpoints", strings.Repeat("x", 300)), key: "endpoints", reason: `"` + strings.Repeat("x", 64) + `"...`},
 
 	// optimizedEndpoints
@@ -116,6 +121,7 @@ var invalidCases = []invalidCase{
 	{name: "hostIface slash", vc: withKeys(nvmeBase, "hostIface", "eth/0"), key: "hostIface", reason: "contains '/' or ':'"},
 	{name: "hostIface alias", vc: withKeys(nvmeBase, "hostIface", "eth0:1"), key: "hostIface", reason: "contains '/' or ':'"},
 	{name: "hostIface dot dot", vc: withKeys(nvmeBase, "hostIface", ".."), key: "hostIface", reason: "is not an interface name"},
+	{name: "hostIface with '='", vc: withKeys(nvmeBase, "hostIface", "eth=0"), key: "hostIface", reason: "contains '='"},
 	{name: "hostIface comma", vc: withKeys(nvmeBase, "hostIface", "eth0,x"), key: "hostIface", reason: "contains a comma"},
 
 	// tunables
@@ -162,6 +168,7 @@ var invalidCases = []invalidCase{
 	{name: "portal duplicate through default port", vc: withKeys(iscsiBase, "portals", "192.0.2.20,192.0.2.20:3260"), key: "portals", reason: "192.0.2.20:3260 is listed twice"},
 	{name: "portal bare IPv6 that is not an address", vc: withKeys(iscsiBase, "portals", "fd00::zz"), key: "portals", reason: "is not an IPv6 address"},
 	{name: "portal bare IPv6 with zone", vc: withKeys(iscsiBase, "portals", "fe80::1%eth0"), key: "portals", reason: "zones are not supported"},
+	{name: "more portals than MaxEndpoints", vc: withKeys(iscsiBase, "portals", manyEndpoints(MaxEndpoints+1, 3260)), key: "portals", reason: "at most 64 are accepted"},
 	{name: "portal empty item", vc: withKeys(iscsiBase, "portals", " , 192.0.2.20"), key: "portals", reason: "item 1 is empty"},
 
 	// lun and timeout
@@ -182,6 +189,22 @@ var invalidCases = []invalidCase{
 	{name: "DH-HMAC-CHAP secret on iscsi", vc: iscsiBase, secrets: map[string]string{"dhchapSecret": hostKey}, key: "dhchapSecret", secret: true, reason: "unknown secret key for transport iscsi (it belongs to transport nvme-tcp)"},
 }
 
+// hugeKey is a key of 1 MiB: an error names it by a short prefix only.
+var hugeKey = "k" + strings.Repeat("x", 1<<20)
+
+// manyEndpoints lists n distinct IPv4 endpoints on port.
+func manyEndpoints(n int, port int) string {
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf("10.%d.%d.%d:%d", i>>16&0xff, i>>8&0xff, i&0xff, port)
+	}
+	return strings.Join(items, ",")
+}
+
+// maxErrorLen bounds every error text of Parse: keys and values are quoted
+// by a short prefix only, whatever their length.
+const maxErrorLen = 1024
+
 func TestParse_Invalid(t *testing.T) {
 	for _, tc := range invalidCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,6 +224,9 @@ func TestParse_Invalid(t *testing.T) {
 			}
 			if c.NVMe != nil || c.ISCSI != nil || c.Transport != "" || s != (Secrets{}) {
 				t.Errorf("Parse returned a partial result with its error: %+v, %v", c, s)
+			}
+			if n := len(err.Error()); n > maxErrorLen {
+				t.Errorf("error text is %d bytes long, want at most %d: %.200s…", n, maxErrorLen, err)
 			}
 			for _, v := range secretValues(tc.vc, tc.secrets) {
 				if strings.Contains(err.Error(), v) {
@@ -239,6 +265,8 @@ func TestFieldError_Error(t *testing.T) {
 	}{
 		{FieldError{Key: "nqn", Reason: "required"}, `volume context key "nqn": required`},
 		{FieldError{Key: "chapPassword", Reason: "required", Secret: true}, `node-stage secret key "chapPassword": required`},
+		{FieldError{Key: "nqn", Reason: "required", Publish: true}, `publish context key "nqn": required`},
+		{FieldError{Key: strings.Repeat("k", 100), Reason: "unknown"}, `volume context key "` + strings.Repeat("k", 64) + `"...: unknown`},
 	}
 	for _, tc := range tests {
 		if got := tc.err.Error(); got != tc.want {

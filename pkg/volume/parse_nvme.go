@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"hash/crc32"
-	"slices"
 	"strings"
 )
 
@@ -86,17 +85,22 @@ func parseOptimized(v string, endpoints []Endpoint) ([]Endpoint, error) {
 	if r != "" {
 		return nil, fieldErr(keyOptimizedEndpoints, "%s", r)
 	}
+	listed := make(map[Endpoint]bool, len(endpoints))
+	for _, ep := range endpoints {
+		listed[ep] = false
+	}
 	for _, ep := range opt {
-		if !slices.Contains(endpoints, ep) {
+		if _, ok := listed[ep]; !ok {
 			return nil, fieldErr(keyOptimizedEndpoints, "%s is not listed in endpoints", ep)
 		}
+		listed[ep] = true
 	}
 	if len(opt) == len(endpoints) {
 		return nil, nil
 	}
 	ordered := make([]Endpoint, 0, len(opt))
 	for _, ep := range endpoints {
-		if slices.Contains(opt, ep) {
+		if listed[ep] {
 			ordered = append(ordered, ep)
 		}
 	}

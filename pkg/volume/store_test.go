@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,6 +30,8 @@ func newTestStore(t *testing.T) *Store {
 func testRecord(volumeID string) Record {
 	return Record{
 		VolumeID:    volumeID,
+		State:       StateStaged,
+		StateSince:  time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC),
 		Context:     nvmeWant(func(n *NVMeTCP) { n.CtrlLossTmo = intp(-1) }),
 		StagingPath: "/var/lib/kubelet/plugins/kubernetes.io/csi/csi.pathmend.io/abc/globalmount",
 		AccessType:  AccessMount,
@@ -151,6 +154,13 @@ func TestStore_PutRejects(t *testing.T) {
 		{"publication twice", func(r *Record) {
 			r.Publications = []Publication{{TargetPath: "/t"}, {TargetPath: "/t", ReadOnly: true}}
 		}, "published twice"},
+		{"more publications than MaxPublications", func(r *Record) { r.Publications = publications(MaxPublications+1, "/t") }, "at most 256"},
+		{"staging path not UTF-8", func(r *Record) { r.StagingPath = "/s-\xff" }, "not valid UTF-8"},
+		{"target path not UTF-8", func(r *Record) { r.Publications = []Publication{{TargetPath: "/t-\xfe"}} }, "not valid UTF-8"},
+		{"mount flag not UTF-8", func(r *Record) { r.MountFlags = []string{"\xfe"} }, "not valid UTF-8"},
+		{"larger than Get reads", func(r *Record) {
+			r.Publications = publications(MaxPublications, "/"+strings.Repeat("\u2028", maxRecordSize/MaxPublications/3))
+		}, "the store reads at most"},
 		{"zero context", func(r *Record) { r.Context = Context{} }, `context: volume context key "transport"`},
 		{"context with the wrong sub-struct", func(r *Record) { r.Context.Transport = TransportISCSI }, "context:"},
 		{"context Parse would reject", func(r *Record) { r.Context.NVMe.NSID = 0 }, `volume context key "nsid"`},
@@ -170,6 +180,43 @@ func TestStore_PutRejects(t *testing.T) {
 				t.Errorf("after a rejected Put, List = %d records, %v; want none", len(recs), lerr)
 			}
 		})
+	}
+}
+
+// publications returns n publications at distinct target paths starting
+// with prefix.
+func publications(n int, prefix string) []Publication {
+	out := make([]Publication, n)
+	for i := range out {
+		out[i] = Publication{TargetPath: fmt.Sprintf("%s/%d", prefix, i), ReadOnly: i%2 == 0}
+	}
+	return out
+}
+
+// A record whose paths are all characters JSON escapes, or that HTML
+// escaping would spell in six bytes, reads back as it was put.
+func TestStore_EscapedCharactersRoundTrip(t *testing.T) {
+	s := newTestStore(t)
+	r := testRecord("pvc-<&>\"\\\u2028")
+	r.StagingPath = "/var/lib/kubelet/<&>\"\\\u2028\u2029/globalmount"
+	r.Publications = []Publication{{TargetPath: "/var/lib/kubelet/pods/<a&b>/mount"}}
+	if err := s.Put(r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(r.VolumeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Version = RecordVersion
+	if diff := cmp.Diff(r, got); diff != "" {
+		t.Errorf("record (-put +got):\n%s", diff)
+	}
+	data, err := os.ReadFile(filepath.Join(s.records, recordName(r.VolumeID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), `\u003c`) {
+		t.Errorf("record escapes '<' as \\u003c:\n%s", data)
 	}
 }
 
@@ -280,21 +327,22 @@ func TestStore_ForeignAndFutureRecords(t *testing.T) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatal(err)
 	}
-	r["version"], r["volumeID"] = 2, "pvc-3"
+	r["version"], r["volumeID"] = RecordVersion+1, "pvc-3"
 	future, _ := json.Marshal(r)
 	mustWrite(t, filepath.Join(dir, recordName("pvc-3")), future)
 
 	if _, err := s.Get("pvc-2"); err == nil || !strings.Contains(err.Error(), `holds volume "pvc-1", not "pvc-2"`) {
 		t.Errorf("Get(pvc-2) error = %v, want an ID mismatch", err)
 	}
-	if _, err := s.Get("pvc-3"); err == nil || !strings.Contains(err.Error(), "unsupported version 2") {
-		t.Errorf("Get(pvc-3) error = %v, want an unsupported version", err)
+	newer := fmt.Sprintf("written by a newer pathmend (version %d)", RecordVersion+1)
+	if _, err := s.Get("pvc-3"); err == nil || !strings.Contains(err.Error(), newer) || errors.Is(err, ErrNotFound) || !errors.Is(err, ErrUnreadableRecord) {
+		t.Errorf("Get(pvc-3) error = %v, want %q, never not found", err, newer)
 	}
 	recs, err := s.List()
 	if got := ids(recs); !slices.Equal(got, []string{"pvc-1"}) {
 		t.Errorf("List records = %v, want [pvc-1]", got)
 	}
-	if err == nil || !strings.Contains(err.Error(), "whose record is") || !strings.Contains(err.Error(), "unsupported version") {
+	if err == nil || !strings.Contains(err.Error(), "whose record is") || !strings.Contains(err.Error(), newer) {
 		t.Errorf("List error = %v, want the copied and the future record reported", err)
 	}
 }
@@ -404,10 +452,25 @@ func TestStore_ConcurrentPut(t *testing.T) {
 
 func TestStore_Writable(t *testing.T) {
 	s := newTestStore(t)
-	if err := s.Writable(); err != nil {
-		t.Fatalf("Writable: %v", err)
+	dir := filepath.Join(s.Dir(), "volumes")
+	before, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(filepath.Join(s.Dir(), "volumes"))
+	for range 3 {
+		if err := s.Writable(); err != nil {
+			t.Fatalf("Writable: %v", err)
+		}
+	}
+	// A file created and removed would change the directory's mtime.
+	after, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("Writable changed the records directory (mtime %v → %v): it must create no file", before.ModTime(), after.ModTime())
+	}
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,6 +500,31 @@ func ids(recs []Record) []string {
 		out[i] = r.VolumeID
 	}
 	return out
+}
+
+// A store on a read-only mount is not writable. Needs root for the mount.
+func TestStore_WritableReadOnlyMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	s, err := NewStore(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Writable(); err != nil {
+		t.Fatalf("Writable on a fresh tmpfs: %v", err)
+	}
+	if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount ro: %v: %s", err, out)
+	}
+	if err := s.Writable(); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("Writable on a read-only mount = %v, want an error naming it", err)
+	}
 }
 
 func TestStore_StampsRoundTripAndSurviveANewStore(t *testing.T) {

@@ -10,7 +10,9 @@
 // arrives; empty for none) reads "bound". SIGUSR2 lets traffic pass
 // again. SIGTERM/SIGINT stop it. It prints one line per event to stdout:
 // "listening", "breaking", "passing", and per connection "forward",
-// "reset", "reset bound" or "upstream refused".
+// "reset", "reset bound" or "upstream refused"; after a break, a
+// forwarded connection adds "forward bound" when it is seen bound, or
+// "forward closed unbound" when iscsid closes it first (its bind failed).
 package main
 
 import (

@@ -64,6 +64,12 @@ iscsi_wait_state "$s" FAILED 90 || true
 "$LAB_BIN/capture-sysfs" -summary
 step "pathmend diagnose --plan with the broken paths"
 diagnose
+echo "NVMe: $c2 is $(cat "/sys/class/nvme/$c2/state"): the kernel retries it every $(cat "/sys/class/nvme/$c2/reconnect_delay") s for up to ctrl_loss_tmo ($(cat "/sys/class/nvme/$c2/ctrl_loss_tmo") s)."
+echo "      A reconnecting controller is not a defect: the plan above has no NVMe entry, pathmend decides nothing and leaves it to the kernel."
+echo "      Past ctrl_loss_tmo the kernel deletes the controller; for a staged volume the monitor then reconnects the endpoint itself once it answers"
+echo "      (the NVMe heal section below shows it). iSCSI: the session is $(cat "/sys/class/iscsi_session/$s/state"); iscsid reopens it by itself, and the session"
+echo "      heal acts only on a session of a staged volume (hence 'out of scope' above) down longer than --iscsi-stuck-threshold (45 s)"
+echo "      with its portal reachable the whole time (the iSCSI heal section)."
 
 step "Restoring both paths"
 nvmet_port_link 2 "$NQN_PREFIX:lab"

@@ -17,7 +17,7 @@
 # logged in here, not staged) is started and the session state and
 # pathmend's verdict lines are printed as it kicks and the session comes
 # back. Reaching the stuck state is a race (the Go proxy wins it almost
-# every time): when iscsid recovers by itself in all 3 attempts, that is
+# every time): when iscsid recovers by itself in all 5 attempts, that is
 # said and the section ends without failing. A stuck session pathmend
 # does not bring back fails the section, and `make lab` with it.
 set -uo pipefail
@@ -65,17 +65,18 @@ s=$(iscsi_session_of "$IQN" "$PROXY")
 say "sessions: $(iscsi_session_of "$IQN" 127.0.0.1:3260) through 127.0.0.1:3260, $s through $PROXY; map $(ls -d /sys/block/dm-* | xargs -n1 basename) over $(ls /sys/block/dm-*/slaves | xargs)"
 
 step "Driving $s into the stuck state (open-iscsi #387: a reset between the connection bind and the login)"
+# A lost attempt ends as soon as it is known lost and the next breaks the
+# session again at once; 5 attempts fit in a few minutes.
 stuck=
-for attempt in 1 2 3; do
+for attempt in 1 2 3 4 5; do
 	if iscsi_make_stuck "$s"; then
 		stuck=1
 		break
 	fi
 	say "attempt $attempt: not stuck"
-	lab_wait 30 "$s back in LOGGED_IN" iscsi_state_is "$s" LOGGED_IN || true
 done
 if [ -z "$stuck" ]; then
-	step "Could not reproduce the stuck state in 3 attempts (the window is a race): skipping the heal demonstration"
+	step "Could not reproduce the stuck state in 5 attempts (the window is a race): skipping the heal demonstration"
 	exit 0
 fi
 
@@ -105,7 +106,7 @@ lab_wait 20 "pathmend's verdict on the kick" grep -qE 'verdict="(repaired|failed
 step "pathmend's verdict lines"
 verdicts
 if [ -z "$back" ]; then
-	step "FAILED: the session through $PROXY is not LOGGED_IN 45 s after pathmend started; the proxy forwarded $(grep -c '^forward' "$FLAKY_LOG") connections in all, last lines of its log: $(tail -n 3 "$FLAKY_LOG" | xargs); iscsid's last lines:"
+	step "FAILED: the session through $PROXY is not LOGGED_IN 45 s after pathmend started; the proxy forwarded $(grep -c '^forward$' "$FLAKY_LOG") connections in all, last lines of its log: $(tail -n 3 "$FLAKY_LOG" | xargs); iscsid's last lines:"
 	tail -n 5 "$ISCSID_LOG" | sed 's/^/    /'
 	exit 1
 fi

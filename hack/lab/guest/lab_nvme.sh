@@ -12,13 +12,17 @@
 # then gives B's namespace another UUID: Linux refuses the namespace on
 # B's controller ("IDs don't match for shared namespace"), which stays
 # live and contributes no path (ControllerNotContributing). It shows
-# `pathmend diagnose --plan`, the monitor's verdict lines as it defers and
-# repairs, the state after, and finally fixes the array.
+# `pathmend diagnose --plan`, the monitor's verdict lines as it repairs,
+# defers on its cooldown and then on its grace (the cooldown is shorter
+# than the grace here, so the repair's own young controller shows the
+# grace at work), the state after, and fixes the array. Last, B's path
+# stays away past ctrl_loss_tmo: the kernel deletes its controller and the
+# monitor reconnects the endpoint once it answers again.
 
 # lab_nvme_verdicts LOG prints pathmend's heal decisions and reconnects,
 # without klog's header.
 lab_nvme_verdicts() {
-	grep -E '"(Heal verdict|Reconnected path|Volume not usable after connect; trying one repair)"' "$1" |
+	grep -E '"(Heal verdict|Reconnected path|Path not reconnected|Volume not usable after connect; trying one repair)"' "$1" |
 		sed -E 's/^[IWEF][0-9]{4} ([0-9:.]+) +[0-9]+ [^]]+\] /\1 /' || echo "(none yet)"
 }
 
@@ -61,7 +65,7 @@ lab_nvme_ctrl_to() {
 lab_nvme_heal() {
 	local nqn=$NQN_PREFIX:heal alias=$NQN_PREFIX:heal-b dir=/run/pathmend/heal
 	local log=$LAB/out/pathmend-heal.log dev ua ub ca cb vctx
-	local grace=10s cooldown=20s t0 refused
+	local grace=10s cooldown=5s t0 refused cb2 nrec
 	ua=$(lab_uuid_of "$nqn/1")
 	ub=$(lab_uuid_of "$alias/1")
 
@@ -82,7 +86,7 @@ lab_nvme_heal() {
 	step "Starting pathmend serve (heal=repair, monitor 1s, heal grace $grace, cooldown $cooldown) on unix://$dir/csi.sock"
 	mkdir -p "$dir/state"
 	"$LAB_BIN/pathmend" serve --endpoint "unix://$dir/csi.sock" --node-id pathmend-lab \
-		--sys-root /sys --dev-root /dev --state-dir "$dir/state" --heal=repair -v=4 \
+		--sys-root /sys --dev-root /dev --state-dir "$dir/state" --kubelet-root "$dir" --heal=repair -v=4 \
 		--monitor-interval=1s --heal-grace="$grace" --heal-cooldown="$cooldown" >"$log" 2>&1 &
 	PM=$! # lab.sh's exit trap stops it
 	"$LAB_BIN/csiprobe" -endpoint "unix://$dir/csi.sock" -wait 30s >/dev/null
@@ -116,10 +120,15 @@ lab_nvme_heal() {
 
 	step "The monitor's decisions in pathmend's log (fault at ${t0}s guest uptime)"
 	lab_wait 40 "the monitor's repair" grep -q 'verdict="repaired"' "$log"
-	lab_wait 10 "the cooldown deferral after it" grep -q 'reason="cooldown:' "$log"
+	lab_wait 15 "the cooldown deferral after it" grep -q 'reason="cooldown:' "$log"
+	lab_wait 20 "the grace deferral of the repair's new controller" sh -c "sed -n '/reason=\"cooldown:/,\$p' '$log' | grep -q 'reason=\"grace:'"
 	lab_nvme_verdicts "$log"
-	echo "(an unchanged deferral is logged once per key: the monitor's own grace deferral shows in the health message above)"
-	step "The state after: the repair reconnected 127.0.0.3:4420, the mismatch persists, the running plugin's cooldown holds (diagnose --plan starts a fresh policy: it knows no cooldown)"
+	echo "(a grace deferral before the repair, when there is one, is the fault's own doing: re-enabling B's namespace can leave"
+	echo " its controller younger than --heal-grace ($grace), and a controller that young may still be attaching its namespace. The repair tore B's controller"
+	echo " down and the same tick reconnected 127.0.0.3:4420; the new controller is refused the namespace too, so the defect is back"
+	echo " at once: deferred by the cooldown ($cooldown: the key was just repaired), then by the grace (the new controller is younger"
+	echo " than $grace); once both have passed it is repaired again. An unchanged deferral is logged once per key.)"
+	step "The state after: the mismatch persists on the array; the monitor repairs it at most once per cooldown + grace (diagnose --plan starts a fresh policy: it knows no cooldown)"
 	"$LAB_BIN/csistage" -endpoint "unix://$dir/csi.sock" health -volume-id vol-heal || true
 	lab_nvme_diagnose "$dir/state" --plan --heal-grace "$grace" | sed -n '/defect(s):/,$p'
 
@@ -137,6 +146,27 @@ lab_nvme_heal() {
 	else
 		lab_fail "the pattern written before the fault does not read back identical"
 	fi
+	step "Past ctrl_loss_tmo: array B's path goes away (nqnproxy stopped) and stays away until the kernel deletes its controller"
+	cb2=$(lab_nvme_ctrl_to "$nqn" 127.0.0.3 4420)
+	# The kernel's defaults are reconnect_delay 10 s and ctrl_loss_tmo
+	# 600 s; shortened on this one controller so the section takes seconds.
+	echo 1 >"/sys/class/nvme/$cb2/reconnect_delay"
+	echo 3 >"/sys/class/nvme/$cb2/ctrl_loss_tmo"
+	nrec=$(grep -c '"Reconnected path"' "$log" || true)
+	nqnproxy_stop_all
+	lab_wait 20 "$cb2 to leave live" sh -c "[ \"\$(cat /sys/class/nvme/$cb2/state 2>/dev/null)\" != live ]"
+	lab_log "$cb2 $(cat "/sys/class/nvme/$cb2/state" 2>/dev/null || echo gone) (reconnect_delay 1 s, ctrl_loss_tmo 3 s for this demo)"
+	lab_wait 30 "the kernel to delete $cb2" sh -c "[ ! -e /sys/class/nvme/$cb2 ]"
+	lab_wait 30 "the monitor's reconnect attempt" grep -q '"Path not reconnected".*127.0.0.3:4420' "$log"
+	"$LAB_BIN/csistage" -endpoint "unix://$dir/csi.sock" health -volume-id vol-heal || true
+	echo "(the controller is gone, not reconnecting: the kernel gave up. The volume's record still lists 127.0.0.3:4420, so every tick the"
+	echo " monitor probes it and reconnects it once it answers, backing off per endpoint meanwhile; no other volume waits for it)"
+	step "Array B's path answers again (nqnproxy restarted): the monitor reconnects it when its backoff ends"
+	nqnproxy_start 127.0.0.3:4420 127.0.0.1:4420 "$nqn" "$alias"
+	lab_wait 60 "the monitor to reconnect 127.0.0.3:4420" sh -c "[ \"\$(grep -c '\"Reconnected path\"' $log)\" -gt $nrec ]"
+	lab_wait 15 "both legs back" lab_nvme_legs_are "$ca" 2
+	"$LAB_BIN/csistage" -endpoint "unix://$dir/csi.sock" health -volume-id vol-heal
+
 	step "pathmend's heal decisions over the whole section"
 	lab_nvme_verdicts "$log"
 

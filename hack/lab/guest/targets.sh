@@ -436,6 +436,10 @@ flaky_resets() { awk '/^reset/ { n++ } END { print n + 0 }' "$FLAKY_LOG"; }
 flaky_bound_resets() { awk '/^reset bound/ { n++ } END { print n + 0 }' "$FLAKY_LOG"; }
 # flaky_unbound_run: resets never seen bound since the latest one seen bound.
 flaky_unbound_run() { awk '/^reset bound/ { n = 0; b = 1; next } /^reset$/ { if (b) n++ } END { print n + 0 }' "$FLAKY_LOG"; }
+# flaky_fwd_bound / flaky_fwd_unbound: forwarded connections seen bound,
+# and closed by iscsid before they ever were (its bind failed).
+flaky_fwd_bound() { grep -c '^forward bound$' "$FLAKY_LOG" || true; }
+flaky_fwd_unbound() { grep -c '^forward closed unbound$' "$FLAKY_LOG" || true; }
 
 # iscsid_foreground (re)starts iscsid in the foreground with its log
 # appended to $ISCSID_LOG. It writes and runs $ISCSID_RESTART, which does
@@ -461,11 +465,15 @@ iscsid_cant_bind() { grep -c 'retcode -107' "$ISCSID_LOG" 2>/dev/null || true; }
 # towards the stuck state, once: the proxy breaks until the session
 # leaves LOGGED_IN and the stuck state's signature shows (a reopen reset
 # after its bind, then three that were never bound: their bind failed) or
-# for 2 min, then passes. Returns 0 when the session is still down 15 s
-# later (iscsid relogs in within 2-6 s otherwise), 1 when iscsid got it
-# back by itself: reaching the state is a race.
+# for 2 min, then passes, and the attempt is decided as soon as the race
+# is known: lost (1) when a reopen is seen bound or the session is
+# LOGGED_IN again (iscsid is recovering it by itself), won (0) when two
+# reopens are closed without ever being bound while the session stays
+# down, or when it is still down 15 s later (iscsid relogs in within
+# 2-6 s otherwise). A lost attempt leaves the session recovering; the
+# next attempt may break it again at once.
 iscsi_make_stuck() {
-	local s=$1 t0 i r0 b0
+	local s=$1 t0 i r0 b0 fb0 fu0 tp
 	echo "/sys/class/iscsi_connection/connection${s#session}:0/state" >"$LAB_RUN_DIR/flakyproxy.watch"
 	t0=$(cut -d' ' -f1 /proc/uptime)
 	lab_say "proxy breaking: resetting the session's connection and every reopen once it is bound"
@@ -478,17 +486,26 @@ iscsi_make_stuck() {
 		[ "$(flaky_bound_resets)" -gt "$b0" ] && [ "$(flaky_unbound_run)" -ge 3 ] && break
 		sleep 0.2
 	done
+	fb0=$(flaky_fwd_bound) fu0=$(flaky_fwd_unbound)
 	kill -USR2 "$(cat "$LAB_RUN_DIR/flakyproxy.pid")"
+	tp=$(cut -d' ' -f1 /proc/uptime)
 	lab_say "proxy passing again after $(($(flaky_resets) - r0)) resets: $(($(flaky_bound_resets) - b0)) after the bind, then $(flaky_unbound_run) reopens never bound; $s $(cat "/sys/class/iscsi_session/$s/state")"
-	for ((i = 1; i <= 15; i++)); do
-		sleep 1
+	for ((i = 1; i <= 75; i++)); do
+		sleep 0.2
 		if [ "$(cat "/sys/class/iscsi_session/$s/state" 2>/dev/null)" = LOGGED_IN ]; then
-			lab_say "iscsid relogged $s in by itself ${i} s after the proxy passed: not stuck"
+			lab_say "iscsid relogged $s in by itself $(awk -v a="$tp" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.1f", b-a}') s after the proxy passed: not stuck"
 			return 1
 		fi
-		[ $((i % 5)) -eq 0 ] && lab_say "$s $(cat "/sys/class/iscsi_session/$s/state") ${i} s after the proxy passed"
+		if [ "$(flaky_fwd_bound)" -gt "$fb0" ]; then
+			lab_say "a reopen of $s was bound $(awk -v a="$tp" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.1f", b-a}') s after the proxy passed: iscsid is logging in, not stuck"
+			return 1
+		fi
+		if [ $(($(flaky_fwd_unbound) - fu0)) -ge 2 ]; then
+			lab_say "$s still $(cat "/sys/class/iscsi_session/$s/state"): $(($(flaky_fwd_unbound) - fu0)) reopens after its portal passed were closed without a bind: stuck"
+			break
+		fi
 	done
-	lab_say "$s still $(cat "/sys/class/iscsi_session/$s/state") 15 s after its portal passes again: stuck (iscsid relogs in within 2-6 s otherwise)"
+	[ "$i" -gt 75 ] && lab_say "$s still $(cat "/sys/class/iscsi_session/$s/state") 15 s after its portal passes again: stuck (iscsid relogs in within 2-6 s otherwise)"
 	[ -s "$ISCSID_LOG" ] && lab_say "iscsid's log: $(iscsid_cant_bind) x \"$(grep 'retcode -107' "$ISCSID_LOG" | tail -n 1 | sed 's/^iscsid: //')\""
 	return 0
 }

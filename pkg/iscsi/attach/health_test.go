@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pathmend/pathmend/internal/testneed"
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -30,7 +31,7 @@ func captureAttacher(t *testing.T, name string, c SessionClocks) *Attacher {
 		t.Fatal(err)
 	}
 	h := newFakeHost(t)
-	return h.attacher(&records{}, func(cfg *AttacherConfig) { cfg.Sys = sysfs.New(dir); cfg.Clocks = c })
+	return h.attacher(func(cfg *AttacherConfig) { cfg.Sys = sysfs.New(dir); cfg.Clocks = c })
 }
 
 func vol(iqn string, lun int, portals ...string) volume.Record {
@@ -108,12 +109,10 @@ func TestCheckBlockNode(t *testing.T) {
 	if err := checkBlockNode(filepath.Join(dir, "missing"), "8:0"); err == nil {
 		t.Error("a missing node passed")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("creating a block device node needs root")
-	}
+	testneed.Root(t, "creating a block device node")
 	node := filepath.Join(dir, "sdz")
 	if err := syscall.Mknod(node, syscall.S_IFBLK|0o600, 8<<8|16); err != nil {
-		t.Skipf("mknod: %v", err)
+		testneed.Skip(t, "mknod: %v", err)
 	}
 	if err := checkBlockNode(node, "8:16"); err != nil {
 		t.Errorf("matching node: %v", err)

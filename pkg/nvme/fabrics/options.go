@@ -39,6 +39,15 @@ func (o Options) String() string {
 	return s
 }
 
+// Check reports whether the options encode: every required field set and
+// no value carrying a separator the kernel would split on. Connect runs
+// the same encoder; pkg/volume's parser refuses every volume context whose
+// options would fail here (FuzzConnectOptions in pkg/nvme proves it).
+func (o Options) Check() error {
+	_, err := o.encode(true)
+	return err
+}
+
 // Endpoint renders the fabric endpoint the way controller cooldown keys do:
 // "tcp 10.0.0.2:4420" plus " host_traddr=…" / " host_iface=…" when pinned.
 func (o Options) Endpoint() string {

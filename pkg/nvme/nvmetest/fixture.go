@@ -70,12 +70,7 @@ func (b *builder) link(p, target string) {
 func (b *builder) subsystem(s Subsystem, multipath bool) {
 	name := "nvme-subsys" + strconv.Itoa(s.Instance)
 	dir := subsysDir + "/" + name
-	// The kernel creates the subsystem with its first controller, so it
-	// is as old as the oldest one.
-	var oldest time.Duration
-	for _, c := range s.Controllers {
-		oldest = max(oldest, c.Age)
-	}
+	oldest := s.age()
 	b.link("class/nvme-subsystem/"+name, "../../"+dir)
 	b.dir(dir, oldest)
 	b.file(dir+"/iopolicy", 0o644, s.IOPolicy)
@@ -96,6 +91,19 @@ func (b *builder) subsystem(s Subsystem, multipath bool) {
 	for _, c := range s.Controllers {
 		b.controller(s, c.withDefaults(), multipath)
 	}
+}
+
+// age is the subsystem's Age, or the age of its oldest controller: the
+// kernel creates the subsystem with its first controller.
+func (s Subsystem) age() time.Duration {
+	if s.Age != 0 {
+		return s.Age
+	}
+	var oldest time.Duration
+	for _, c := range s.Controllers {
+		oldest = max(oldest, c.Age)
+	}
+	return oldest
 }
 
 // controller writes a controller directory with its class link and its

@@ -20,18 +20,29 @@ type Topology struct {
 type Subsystem struct {
 	// Instance is N of nvme-subsysN.
 	Instance int
-	NQN      string
+	// Gen tells kernel objects that carry the same name apart: a Tree
+	// re-creates the subsystem's directories when it changes. The
+	// fixture does not show it.
+	Gen int
+	NQN string
 	// Model, Serial, Type and IOPolicy default to "pathmend-test",
 	// a serial derived from Instance, "nvm" and "numa".
 	Model, Serial, Type, IOPolicy string
-	Namespaces                    []Namespace
-	Controllers                   []Controller
+	// Age is how long before the write time the subsystem was created;
+	// when zero, the age of its oldest controller (the kernel creates a
+	// subsystem with its first controller).
+	Age         time.Duration
+	Namespaces  []Namespace
+	Controllers []Controller
 }
 
 // Namespace is one namespace the subsystem exports.
 type Namespace struct {
 	// Head is H, the head instance shared by every device name.
 	Head int
+	// Gen tells namespaces that carry the same head instance apart: a
+	// Tree re-creates the head and its legs when it changes.
+	Gen  int
 	NSID uint32
 	// NGUID and UUID are written in the kernel's UUID layout; an empty
 	// value hides the attribute as the kernel does for a zero ID (the
@@ -46,6 +57,9 @@ type Namespace struct {
 type Controller struct {
 	// Instance is X of nvmeX.
 	Instance int
+	// Gen tells controllers that carry the same name apart: a Tree
+	// re-creates the controller's directories when it changes.
+	Gen int
 	// State is written to state verbatim (default "live").
 	State string
 	// Transport defaults to "tcp".

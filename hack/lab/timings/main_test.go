@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestREADMETableIsRendered: the measured table of hack/lab/README.md is
+// exactly what runs.tsv renders to (make lab-timings writes it).
+func TestREADMETableIsRendered(t *testing.T) {
+	data, err := os.ReadFile("runs.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := parseRuns(string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := replaceSection(string(readme), render(runs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, string(readme)); diff != "" {
+		t.Errorf("hack/lab/README.md's timings are not runs.tsv's (run make lab-timings) (-rendered +README):\n%s", diff)
+	}
+}
+
+const sample = "2026-12-01T23:00:00Z\tlab\t-\tcached\twarm\t20\t80\t104\tpass\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-01T23:10:00Z\tlab\t-\tcached\twarm\t18\t90\t110\tpass\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-01T23:20:00Z\te2e\tTestISCSI_(Heal|Served)\tcached\twarm\t30\t200\t240\tpass\t2/0/0\tTestB=150.5,TestA=40.0\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-01T23:30:00Z\te2e\tTestISCSI_(Heal|Served)\tcached\twarm\t30\t260\t300\tpass\t2/0/0\tTestB=120.0,TestA=95.2\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-01T23:40:00Z\tlab\t-\tbuilt 90s\tcold\t170\t90\t391\tpass\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-01T23:50:00Z\tlab\t-\tcached\twarm\t20\t80\t99\tfail\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n"
+
+func TestRender_GroupsRunsAndKeepsEachTestsSlowest(t *testing.T) {
+	runs, err := parseRuns(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := render(runs)
+	for _, want := range []string{
+		"| `make lab` | cached | warm | 2 | 104 s–110 s |  |",
+		"| `make lab` | built | cold | 1 | 6.5 min | image build 90s |",
+		"| `make e2e E2E_RUN='TestISCSI_(Heal\\|Served)'` | cached | warm | 2 | 4.0 min–5.0 min | 2 tests; slowest (max over the runs): TestB 150 s, TestA 95 s |",
+		"- `make lab`, 2026-12-01: failed after 99 s",
+		"2 cores, 24GiB of memory, guest kernel 6.1.0-57-amd64",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rendered table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestParseRuns_RejectsBadLines(t *testing.T) {
+	for _, bad := range []string{"a\tb\n", strings.Replace(sample, "\t104\t", "\tx\t", 1), strings.Replace(sample, "TestB=150.5", "TestB150", 1)} {
+		if _, err := parseRuns(bad); err == nil {
+			t.Errorf("parseRuns accepted %q", bad[:20])
+		}
+	}
+}
+
+func TestAddNew_AppendsOnlyUnseenLines(t *testing.T) {
+	got := addNew("a\nb\n", "b\nc\n\nc\n")
+	if got != "a\nb\nc\n" {
+		t.Errorf("addNew = %q", got)
+	}
+}
