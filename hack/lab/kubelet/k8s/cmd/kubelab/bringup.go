@@ -30,10 +30,11 @@ func (l *Lab) pathmendArgs() []string {
 		"--dev-root=/dev",
 		"--hostnqn-file=/etc/nvme/hostnqn",
 		"--hostid-file=/etc/nvme/hostid",
-		"--metrics-address=127.0.0.1:9809",
+		"--metrics-address=[" + nodeIP + "]:9811",
+		"--kubelet-root=" + kubeletDir,
 		"--shutdown-timeout=30s",
 		"--iscsid-restart-command=bash /run/lab/restart-iscsid.sh",
-		"--log-format=json",
+		"--logging-format=json",
 		"-v=5",
 	}
 }

@@ -18,15 +18,15 @@ import (
 // repoRoot is the pathmend checkout this nested module lives in.
 const repoRoot = "../../../../../.."
 
-// Lines as `pathmend serve --log-format=json -v=5` writes them (the
+// Lines as `pathmend serve --logging-format=json -v=5` writes them (the
 // request is protosanitizer's JSON of the request, secrets stripped).
-const pathmendLog = `{"logger":"","ts":"2026-12-01T22:00:00.000000Z","caller":{"file":"interceptor.go","line":20},"level":4,"msg":"RPC","method":"/csi.v1.Node/NodeStageVolume","volumeID":"lab-nvme-ns1"}
-{"logger":"","ts":"2026-12-01T22:00:00.000100Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodeStageVolume","request":"{\"staging_target_path\":\"/var/lib/kubelet/plugins/kubernetes.io/csi/csi.pathmend.io/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef/globalmount\",\"volume_capability\":{\"AccessType\":{\"Mount\":{\"fs_type\":\"ext4\"}}},\"volume_id\":\"lab-nvme-ns1\",\"secrets\":\"***stripped***\"}"}
+const pathmendLog = `{"ts":1796162400000.000,"caller":"driver/interceptor.go:20","msg":"RPC","v":4,"method":"/csi.v1.Node/NodeStageVolume","volumeID":"lab-nvme-ns1"}
+{"ts":1796162400000.100,"caller":"driver/interceptor.go:22","msg":"RPC request","v":5,"method":"/csi.v1.Node/NodeStageVolume","request":"{\"staging_target_path\":\"/var/lib/kubelet/plugins/kubernetes.io/csi/csi.pathmend.io/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef/globalmount\",\"volume_capability\":{\"AccessType\":{\"Mount\":{\"fs_type\":\"ext4\"}}},\"volume_id\":\"lab-nvme-ns1\",\"secrets\":\"***stripped***\"}"}
 not json at all
-{"logger":"","ts":"2026-12-01T22:00:00.900000Z","caller":{"file":"node_stage.go","line":122},"level":2,"msg":"Staged volume","volumeID":"lab-nvme-ns1","stagingPath":"/s","accessType":"mount","fsType":"ext4","device":"/dev/nvme0n1"}
-{"logger":"","ts":"2026-12-01T22:00:01.000000Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodePublishVolume","request":"{\"staging_target_path\":\"/s\",\"target_path\":\"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/nvme-fs/mount\",\"volume_id\":\"lab-nvme-ns1\"}"}
-{"logger":"","ts":"2026-12-01T22:00:02.000000Z","caller":{"file":"interceptor.go","line":22},"level":5,"msg":"RPC request","method":"/csi.v1.Node/NodeGetVolumeHealth","request":"{\"volume_id\":\"lab-nvme-ns2\",\"volume_publish_path\":\"/p\"}"}
-{"logger":"","ts":"2026-12-01T22:00:02.100000Z","caller":{"file":"interceptor.go","line":28},"msg":"RPC failed","error":"rpc error: code = NotFound desc = volume lab-nvme-ns2 is not staged or published at /p","method":"/csi.v1.Node/NodeGetVolumeHealth","volumeID":"lab-nvme-ns2"}
+{"ts":1796162400900.000,"caller":"driver/node_stage.go:122","msg":"Staged volume","v":2,"volumeID":"lab-nvme-ns1","stagingPath":"/s","accessType":"mount","fsType":"ext4","device":"/dev/nvme0n1"}
+{"ts":1796162401000.000,"caller":"driver/interceptor.go:22","msg":"RPC request","v":5,"method":"/csi.v1.Node/NodePublishVolume","request":"{\"staging_target_path\":\"/s\",\"target_path\":\"/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/nvme-fs/mount\",\"volume_id\":\"lab-nvme-ns1\"}"}
+{"ts":1796162402000.000,"caller":"driver/interceptor.go:22","msg":"RPC request","v":5,"method":"/csi.v1.Node/NodeGetVolumeHealth","request":"{\"volume_id\":\"lab-nvme-ns2\",\"volume_publish_path\":\"/p\"}"}
+{"ts":1796162402100.000,"caller":"driver/interceptor.go:28","msg":"RPC failed","err":"rpc error: code = NotFound desc = volume lab-nvme-ns2 is not staged or published at /p","method":"/csi.v1.Node/NodeGetVolumeHealth","volumeID":"lab-nvme-ns2"}
 `
 
 func TestReadRPCs_RequestsWithTheirFailures(t *testing.T) {

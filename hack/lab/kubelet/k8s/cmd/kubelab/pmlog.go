@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// RPC is one CSI call pathmend logged (`--log-format=json -v=5`: the
+// RPC is one CSI call pathmend logged (`--logging-format=json -v=5`: the
 // interceptor's "RPC request" line, the request with secrets stripped, as
 // JSON), with the error if it failed.
 type RPC struct {
@@ -15,7 +15,7 @@ type RPC struct {
 	// finished: Method is "Staged volume" or "Unstaged volume".
 	Event    bool
 	Line     int // 1-based line of the request in the log
-	Time     string
+	Time     string // the line's ts: milliseconds since the Unix epoch
 	Method   string // NodeStageVolume, NodePublishVolume, …
 	VolumeID string
 	Request  string
@@ -52,7 +52,7 @@ func readRPCs(path string) ([]RPC, error) {
 			continue
 		}
 		var obj struct {
-			TS       string `json:"ts"`
+			TS       json.Number `json:"ts"`
 			Msg      string `json:"msg"`
 			Method   string `json:"method"`
 			VolumeID string `json:"volumeID"`
@@ -66,11 +66,11 @@ func readRPCs(path string) ([]RPC, error) {
 		method := obj.Method[strings.LastIndexByte(obj.Method, '/')+1:]
 		switch obj.Msg {
 		case "RPC request":
-			r := RPC{Line: n, Time: obj.TS, Method: method, Request: obj.Request}
+			r := RPC{Line: n, Time: obj.TS.String(), Method: method, Request: obj.Request}
 			r.VolumeID = r.Field("volume_id")
 			rpcs = append(rpcs, r)
 		case "Staged volume", "Unstaged volume":
-			rpcs = append(rpcs, RPC{Event: true, Line: n, Time: obj.TS, Method: obj.Msg, VolumeID: obj.VolumeID})
+			rpcs = append(rpcs, RPC{Event: true, Line: n, Time: obj.TS.String(), Method: obj.Msg, VolumeID: obj.VolumeID})
 		case "RPC failed":
 			msg := obj.Err
 			if msg == "" {
