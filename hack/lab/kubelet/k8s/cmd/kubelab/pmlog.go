@@ -14,7 +14,7 @@ type RPC struct {
 	// Event marks not a call but pathmend's own record of one that
 	// finished: Method is "Staged volume" or "Unstaged volume".
 	Event    bool
-	Line     int // 1-based line of the request in the log
+	Line     int    // 1-based line of the request in the log
 	Time     string // the line's ts: milliseconds since the Unix epoch
 	Method   string // NodeStageVolume, NodePublishVolume, …
 	VolumeID string
@@ -53,12 +53,12 @@ func readRPCs(path string) ([]RPC, error) {
 		}
 		var obj struct {
 			TS       json.Number `json:"ts"`
-			Msg      string `json:"msg"`
-			Method   string `json:"method"`
-			VolumeID string `json:"volumeID"`
-			Request  string `json:"request"`
-			Err      string `json:"err"`
-			Error    string `json:"error"`
+			Msg      string      `json:"msg"`
+			Method   string      `json:"method"`
+			VolumeID string      `json:"volumeID"`
+			Request  string      `json:"request"`
+			Err      string      `json:"err"`
+			Error    string      `json:"error"`
 		}
 		if json.Unmarshal(line, &obj) != nil {
 			continue

@@ -20,7 +20,7 @@ import (
 // second reached through hack/lab/flakyproxy on 127.0.0.3:3260 so its
 // session can be driven into the stuck state of open-iscsi #387.
 const (
-	nqn      = "nqn.2024-01.io.pathmend.lab:kube"
+	nqn = "nqn.2024-01.io.pathmend.lab:kube"
 	// emptyNQN is a subsystem that exports no namespace: a volume on it
 	// cannot be staged.
 	emptyNQN = "nqn.2024-01.io.pathmend.lab:kube-empty"
