@@ -21,7 +21,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 KLAB_DIR=$LAB_DIR/kubelet
-GO=${GO:-go}
+# The go that builds pathmend builds the Kubernetes module too (build.sh).
+export GO=${GO:-$REPO_ROOT/hack/go}
 
 go_build() { # DIR OUT PKG
 	(cd "$1" && CGO_ENABLED=0 timeout 900 "$GO" build -trimpath -o "$2" "$3")
@@ -45,7 +46,7 @@ pack_images() {
 
 main() {
 	local mode=${1:-job} img k8s share rc=0 t
-	command -v "$GO" >/dev/null || lab_die "go not found (GO=$GO)"
+	"$GO" version >/dev/null || lab_die "no usable go (GO=$GO)"
 	lab_host_packages "${LAB_HOST_PACKAGES[@]}"
 	img=$("$KLAB_DIR/image.sh")
 	k8s=$("$KLAB_DIR/build.sh")
