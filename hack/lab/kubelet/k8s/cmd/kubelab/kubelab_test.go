@@ -68,6 +68,51 @@ func TestReadRPCs_RequestsWithTheirFailures(t *testing.T) {
 	}
 }
 
+// What the lab saw under load: kubelet's NodeStage of the iSCSI volume
+// ran past kubelet's 2 minutes, kubelet sent it again twice while it ran
+// (Aborted), the first finished, and the third found it staged.
+const retriedStageLog = `{"ts":1796162400000.000,"caller":"driver/interceptor.go:26","msg":"RPC request","v":5,"method":"/csi.v1.Node/NodeStageVolume","request":"{\"volume_id\":\"lab-iscsi-lun0\"}"}
+{"ts":1796162520000.000,"caller":"driver/interceptor.go:26","msg":"RPC request","v":5,"method":"/csi.v1.Node/NodeStageVolume","request":"{\"volume_id\":\"lab-iscsi-lun0\"}"}
+{"ts":1796162520100.000,"caller":"driver/interceptor.go:31","msg":"RPC failed","method":"/csi.v1.Node/NodeStageVolume","volumeID":"lab-iscsi-lun0","err":"rpc error: code = Aborted desc = an operation on volume lab-iscsi-lun0 is already in progress (a CSI call)"}
+{"ts":1796162539000.000,"caller":"driver/interceptor.go:26","msg":"RPC request","v":5,"method":"/csi.v1.Node/NodeStageVolume","request":"{\"volume_id\":\"lab-iscsi-lun0\"}"}
+{"ts":1796162539500.000,"caller":"driver/node_stage.go:131","msg":"Staged volume","v":2,"volumeID":"lab-iscsi-lun0"}
+{"ts":1796162539100.000,"caller":"driver/interceptor.go:31","msg":"RPC failed","method":"/csi.v1.Node/NodeStageVolume","volumeID":"lab-iscsi-lun0","err":"rpc error: code = Aborted desc = an operation on volume lab-iscsi-lun0 is already in progress (a CSI call)"}
+{"ts":1796162544000.000,"caller":"driver/interceptor.go:26","msg":"RPC request","v":5,"method":"/csi.v1.Node/NodeStageVolume","request":"{\"volume_id\":\"lab-iscsi-lun0\"}"}
+{"ts":1796162544300.000,"caller":"driver/node_stage.go:83","msg":"Volume already staged","v":4,"volumeID":"lab-iscsi-lun0"}
+{"ts":1796162550000.000,"caller":"driver/interceptor.go:26","msg":"RPC request","v":5,"method":"/csi.v1.Node/NodeStageVolume","request":"{\"volume_id\":\"lab-iscsi-lun0\"}"}
+{"ts":1796162550100.000,"caller":"driver/interceptor.go:31","msg":"RPC failed","method":"/csi.v1.Node/NodeStageVolume","volumeID":"lab-iscsi-lun0","err":"rpc error: code = Aborted desc = an operation on volume lab-iscsi-lun0 is already in progress (a CSI call)"}
+`
+
+func TestInFlight_AbortedOnlyWhileTheSameCallRuns(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "pathmend.log")
+	if err := os.WriteFile(p, []byte(retriedStageLog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rpcs, err := readRPCs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		Line, Done int
+		Aborted    bool
+		InFlight   bool
+	}
+	var gs []got
+	for _, r := range calls(rpcs, "NodeStageVolume", "lab-iscsi-lun0") {
+		gs = append(gs, got{r.Line, r.Done, strings.Contains(r.Error, "code = Aborted"), inFlight(rpcs, r)})
+	}
+	want := []got{
+		{Line: 1, Done: 5}, // did the work
+		{Line: 2, Done: 3, Aborted: true, InFlight: true}, // the first still running
+		{Line: 4, Done: 6, Aborted: true, InFlight: true}, // its answer came after the first ended
+		{Line: 7, Done: 8}, // already staged
+		{Line: 9, Done: 10, Aborted: true, InFlight: false}, // nothing running: a real failure
+	}
+	if diff := cmp.Diff(want, gs); diff != "" {
+		t.Errorf("NodeStageVolume calls (-want +got):\n%s", diff)
+	}
+}
+
 func TestStagingAndPublishPaths_AreKubeletsLayout(t *testing.T) {
 	if !stagingPattern("nvme-block", true).MatchString("/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/staging/nvme-block") {
 		t.Error("block staging path does not match")

@@ -41,6 +41,9 @@ func main() {
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 		err := l.bringUp()
 		if err == nil {
+			err = l.failedSteps()
+		}
+		if err == nil {
 			fmt.Println("kubelab: node up; KUBECONFIG=" + l.out + "/admin.kubeconfig; SIGINT/SIGTERM stops it")
 			<-sigs
 		}

@@ -20,6 +20,27 @@ type RPC struct {
 	VolumeID string
 	Request  string
 	Error    string // from the matching "RPC failed" line, if any
+	// Done is the line that ended the call, when the log shows it: its
+	// "RPC failed" line, or for a NodeStageVolume its "Staged volume" or
+	// "Volume already staged" line, for a NodeUnstageVolume its "Unstaged
+	// volume" line. 0 while unknown (a success of any other method:
+	// pathmend's response line names no volume).
+	Done int
+}
+
+// inFlight reports whether a call on r's volume that r's log line
+// follows had not ended by then: another NodeStageVolume still
+// connecting, say, when kubelet gave up on it and sent it again.
+func inFlight(rpcs []RPC, r RPC) bool {
+	for _, q := range rpcs {
+		if q.Line >= r.Line {
+			break
+		}
+		if !q.Event && q.VolumeID == r.VolumeID && q.Method == r.Method && (q.Done == 0 || q.Done > r.Line) {
+			return true
+		}
+	}
+	return false
 }
 
 // Field returns a string field of the request ("staging_target_path",
@@ -69,8 +90,20 @@ func readRPCs(path string) ([]RPC, error) {
 			r := RPC{Line: n, Time: obj.TS.String(), Method: method, Request: obj.Request}
 			r.VolumeID = r.Field("volume_id")
 			rpcs = append(rpcs, r)
-		case "Staged volume", "Unstaged volume":
-			rpcs = append(rpcs, RPC{Event: true, Line: n, Time: obj.TS.String(), Method: obj.Msg, VolumeID: obj.VolumeID})
+		case "Staged volume", "Volume already staged", "Unstaged volume":
+			ended := "NodeStageVolume"
+			if obj.Msg == "Unstaged volume" {
+				ended = "NodeUnstageVolume"
+			}
+			for i := range rpcs {
+				if !rpcs[i].Event && rpcs[i].Method == ended && rpcs[i].VolumeID == obj.VolumeID && rpcs[i].Done == 0 {
+					rpcs[i].Done = n
+					break
+				}
+			}
+			if obj.Msg != "Volume already staged" {
+				rpcs = append(rpcs, RPC{Event: true, Line: n, Time: obj.TS.String(), Method: obj.Msg, VolumeID: obj.VolumeID})
+			}
 		case "RPC failed":
 			msg := obj.Err
 			if msg == "" {
@@ -79,6 +112,7 @@ func readRPCs(path string) ([]RPC, error) {
 			for i := len(rpcs) - 1; i >= 0; i-- {
 				if !rpcs[i].Event && rpcs[i].Method == method && rpcs[i].VolumeID == obj.VolumeID && rpcs[i].Error == "" {
 					rpcs[i].Error = msg
+					rpcs[i].Done = n
 					break
 				}
 			}
