@@ -151,7 +151,9 @@ func (l *Lab) startPods(pods map[string]bool) error {
 		created[n] = time.Now()
 	}
 	for _, n := range names {
-		p, err := l.waitRunning(n, 6*time.Minute)
+		// Under TCG a stage can outlast kubelet's 2 minutes and fail once
+		// (see the README), and kubelet backs off before it tries again.
+		p, err := l.waitRunning(n, 10*time.Minute)
 		if err != nil {
 			return err
 		}
