@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -38,18 +37,20 @@ func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) Conditi
 }
 
 func healthEntries(c Condition) []*csi.VolumeHealth_VolumeHealthEntry {
+	msg := boundMessage(c.Message, maxHealthMessageBytes)
 	switch c.Status {
 	case Degraded:
-		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: c.Message}}
+		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: msg}}
 	case Inaccessible:
-		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: c.Message}}
+		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: msg}}
 	}
 	return nil
 }
 
 // NodeGetVolumeHealth reports the path health of a staged volume: DEGRADED
 // when it runs below its expected paths, INACCESSIBLE when no path is
-// usable, no entry when healthy.
+// usable, no entry when healthy. The volume is the one volume_id names;
+// NotFound means it is not staged on this node.
 func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	volumeID := req.GetVolumeId()
 	if volumeID == "" {
@@ -62,15 +63,18 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	case err != nil:
 		return nil, internal(err, "read record of volume %s", volumeID)
 	}
+	// The paths say where the caller sees the volume; they do not select
+	// it, so they are checked for form only. The spec answers NOT_FOUND
+	// only for a volume that does not exist on the node, and kubelet's
+	// volume health manager sends, for a raw block volume, its own global
+	// map directory (plugins/kubernetes.io/csi/volumeDevices/<pv>/dev) as
+	// staging_target_path and no publish path: a lookup by path would
+	// hide the health of every block volume from kubelet.
 	for field, p := range map[string]string{"volume_publish_path": req.GetVolumePublishPath(), "staging_target_path": req.GetStagingTargetPath()} {
 		if p == "" {
 			continue
 		}
-		clean, err := checkPath(field, p)
-		if err != nil {
-			return nil, err
-		}
-		if _, _, err := d.lookupVolumeAt(volumeID, clean); err != nil {
+		if _, err := checkPath(field, p); err != nil {
 			return nil, err
 		}
 	}
@@ -94,8 +98,9 @@ const (
 // portals that do not answer and iSCSI sessions the heal cannot kick (from
 // Deps.NodeConditions: the monitor's last tick); staged-volume records
 // that cannot be read; and the heal switched off. One entry per (status,
-// reason), its message naming what is affected and what to do; no entry
-// when none of this holds (healthy).
+// reason), its message naming what is affected and what to do (within
+// the 1024 bytes Kubernetes keeps: the entries that do not fit are
+// counted); no entry when none of this holds (healthy).
 func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
 	// Unreadable records are a condition of the node, not a failure of
 	// the call: the readable ones are still reported.
@@ -152,7 +157,7 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		msgs := affected[k]
 		sort.Strings(msgs)
 		resp.BackendHealth = append(resp.BackendHealth, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{
-			Status: k.status, Reason: k.reason, Message: strings.Join(msgs, "; "),
+			Status: k.status, Reason: k.reason, Message: joinBounded(msgs),
 		})
 	}
 	return resp, nil
