@@ -132,7 +132,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			changed, cerr := d.checkDevice(ctx, att, &want)
 			switch {
 			case cerr != nil:
-				return nil, fail(errors.Join(err, cerr), false)
+				// The check says why the mount failed and whether a
+				// retry may succeed: its code is the answer.
+				return nil, fail(fmt.Errorf("%w (after the mount failed: %v)", cerr, err), false)
 			case !changed:
 				return nil, fail(err, false)
 			}
