@@ -7,7 +7,11 @@
 // and the logging interceptor with its redacted, bounded request dump
 // (redact.go). It owns the node-side lifecycle of a volume: attach through
 // the transport's Attacher, format and mount at the staging path, bind
-// mounts at target paths, stats, condition and online expansion.
+// mounts at target paths, stats, condition and online expansion. Just
+// before it formats and mounts a staged device (and again when the mount
+// fails; for raw block, before it records the volume staged) it asks an
+// Attacher that implements DeviceChecker whether the device is still the
+// one to use, and records the device that took its place.
 //
 // The node's intent is not its own: the intent owner (pkg/intent, shared
 // with the monitor and the iSCSI heal) admits one RPC per volume (a second

@@ -124,11 +124,32 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 		return err
 	}
+	// Nothing holds the device open until it is mounted (or, for raw
+	// block, published): the attacher checks that it is still the
+	// volume's device to use, or names what took its place.
+	if _, err := d.checkDevice(ctx, att, &want); err != nil {
+		return nil, fail(err, false)
+	}
 	mountedNow := false
 	if vc.access == volume.AccessMount {
 		mountedNow, err = d.mountStaging(want)
 		if err != nil {
-			return nil, fail(err, false)
+			// The device may have been taken between the check and the
+			// mount (a map assembled over a disk after its mkfs): the
+			// mount then fails busy, and the device that took its place
+			// holds the same data.
+			changed, cerr := d.checkDevice(ctx, att, &want)
+			switch {
+			case cerr != nil:
+				// The check says why the mount failed and whether a
+				// retry may succeed: its code is the answer.
+				return nil, fail(fmt.Errorf("%w (after the mount failed: %v)", cerr, err), false)
+			case !changed:
+				return nil, fail(err, false)
+			}
+			if mountedNow, err = d.mountStaging(want); err != nil {
+				return nil, fail(err, false)
+			}
 		}
 	}
 
@@ -233,6 +254,35 @@ func (d *Driver) undoLocked(ctx context.Context, att Attacher, a Attachment, co 
 	if err := lease.Delete(a.VolumeID); err != nil {
 		klog.ErrorS(err, "Rollback: could not remove the attaching record", "volumeID", a.VolumeID)
 	}
+}
+
+// checkDevice asks an attacher that implements DeviceChecker whether
+// rec's device is still the one to use. When another device has taken
+// its place it switches rec to it, records the new device in the
+// volume's record, and reports changed.
+func (d *Driver) checkDevice(ctx context.Context, att Attacher, rec *volume.Record) (changed bool, err error) {
+	dc, ok := att.(DeviceChecker)
+	if !ok {
+		return false, nil
+	}
+	dev, err := dc.CheckDevice(ctx, *rec)
+	if err != nil {
+		return false, fmt.Errorf("check device %s of volume %s: %w", rec.Device, rec.VolumeID, err)
+	}
+	if dev.Path == rec.Device && dev.Number == rec.DevNum {
+		return false, nil
+	}
+	klog.V(2).InfoS("Volume's device changed since the attach", "volumeID", rec.VolumeID, "device", rec.Device, "devNum", rec.DevNum, "newDevice", dev.Path, "newDevNum", dev.Number)
+	rec.Device, rec.DevNum = dev.Path, dev.Number
+	cur, err := d.deps.Intents.Get(rec.VolumeID)
+	if err != nil {
+		return false, internal(err, "read record of volume %s", rec.VolumeID)
+	}
+	cur.Device, cur.DevNum = dev.Path, dev.Number
+	if err := d.deps.Intents.Update(cur); err != nil {
+		return false, internal(err, "record new device of volume %s", rec.VolumeID)
+	}
+	return true, nil
 }
 
 func createdString(a Attachment) string {
