@@ -76,7 +76,7 @@ func (n *node) stagedDevice(volumeID string) (device, devNum string, mounted []s
 			mounted = append(mounted, mp.Device)
 		}
 	}
-	return rec.Device, rec.DevNum, mounted
+	return rec.Device, rec.DevNum.String(), mounted
 }
 
 // The kubelet lab's sequence: the attach found no map within its wait and

@@ -25,7 +25,7 @@ func attachedRecord(t *testing.T, h *fakeHost, a *Attacher) volume.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (driver.Device{Path: filepath.Join(h.dev, "sda"), SizeBytes: 64 << 20, Number: "8:0"}); dev != want {
+	if want := (driver.Device{Path: filepath.Join(h.dev, "sda"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 8}}); dev != want {
 		t.Fatalf("attached %+v, want %+v", dev, want)
 	}
 	rec := record("pv-1", vc, dev.Path)
@@ -46,7 +46,7 @@ func TestCheckDevice_MapAssembledAfterTheFallbackIsUsed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no map yet: %v", err)
 	}
-	if want := (driver.Device{Path: rec.Device, SizeBytes: 64 << 20, Number: "8:0"}); dev != want {
+	if want := (driver.Device{Path: rec.Device, SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 8}}); dev != want {
 		t.Errorf("no map yet: %+v, want the disk %+v", dev, want)
 	}
 
@@ -55,7 +55,7 @@ func TestCheckDevice_MapAssembledAfterTheFallbackIsUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: "254:0"}, dev); diff != "" {
+	if diff := cmp.Diff(driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 254}}, dev); diff != "" {
 		t.Errorf("after the map (-want +got):\n%s", diff)
 	}
 	// The map's own record is left as it is.
@@ -118,7 +118,7 @@ func TestCheckDevice_DiskGoneOrRenumberedIsRefused(t *testing.T) {
 	a := h.attacher(nil)
 	rec := attachedRecord(t, h, a)
 	renumbered := rec
-	renumbered.DevNum = "8:16"
+	renumbered.DevNum = volume.DeviceNumber{Major: 8, Minor: 16}
 	if _, err := a.CheckDevice(context.Background(), renumbered); !errors.Is(err, volume.ErrUnavailable) || !strings.Contains(err.Error(), "is now device 8:0, not 8:16") {
 		t.Errorf("renumbered: %v", err)
 	}

@@ -105,11 +105,15 @@ func (a *Attacher) CheckDevice(ctx context.Context, rec volume.Record) (driver.D
 	if rec.Device != filepath.Join(a.cfg.DevRoot, name) {
 		return driver.Device{}, fmt.Errorf("device %s of volume %s is not in %s", rec.Device, rec.VolumeID, a.cfg.DevRoot)
 	}
-	devt, err := a.cfg.Sys.ReadAttr("block/" + name + "/dev")
+	devText, err := a.cfg.Sys.ReadAttr("block/" + name + "/dev")
 	if err != nil {
 		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d: %w: %w", rec.Device, v.IQN, v.LUN, volume.ErrUnavailable, err)
 	}
-	if rec.DevNum != "" && devt != rec.DevNum {
+	devt, err := volume.ParseDeviceNumber(devText)
+	if err != nil {
+		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d: %w", rec.Device, v.IQN, v.LUN, err)
+	}
+	if !rec.DevNum.IsZero() && devt != rec.DevNum {
 		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d is now device %s, not %s: %w", rec.Device, v.IQN, v.LUN, devt, rec.DevNum, volume.ErrUnavailable)
 	}
 	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
@@ -139,13 +143,17 @@ func (a *Attacher) CheckDevice(ctx context.Context, rec volume.Record) (driver.D
 	if m.SizeBytes != l.SizeBytes {
 		return driver.Device{}, fmt.Errorf("multipath map %s (%s) of %s LUN %d has %d bytes, its path %s has %d: %w", m.Device, m.Name, v.IQN, v.LUN, m.SizeBytes, name, l.SizeBytes, volume.ErrUnavailable)
 	}
-	mdevt, err := a.cfg.Sys.ReadAttr("block/" + m.Device + "/dev")
+	mdevText, err := a.cfg.Sys.ReadAttr("block/" + m.Device + "/dev")
 	if err != nil {
 		return driver.Device{}, err
 	}
 	path := filepath.Join(a.cfg.DevRoot, m.Device)
-	if err := a.checkNode(path, mdevt); err != nil {
+	if err := a.checkNode(path, mdevText); err != nil {
 		return driver.Device{}, err
+	}
+	mdevt, err := volume.ParseDeviceNumber(mdevText)
+	if err != nil {
+		return driver.Device{}, fmt.Errorf("multipath map %s: %w", m.Device, err)
 	}
 	klog.FromContext(ctx).Info("A multipath map took the volume's disk after the attach; using the map", "volumeID", rec.VolumeID, "iqn", v.IQN, "lun", v.LUN, "disk", name, "map", m.Device, "mapName", m.Name)
 	return driver.Device{Path: path, SizeBytes: m.SizeBytes, Number: mdevt}, nil
