@@ -64,6 +64,8 @@ type vol struct {
 	// runs (kubelet runs one operation per volume at a time).
 	stage, pub coState
 	busy       bool
+	// lastErr is the error of its last RPC that failed.
+	lastErr string
 }
 
 // parked is an actor waiting at a seam.
@@ -319,6 +321,7 @@ func (s *sim) collect() {
 			s.logf("  %s %s: crashed", r.op, r.v.id)
 		case r.err != nil:
 			*state = unknown
+			r.v.lastErr = r.err.Error()
 			s.logf("  %s %s: %v", r.op, r.v.id, driver.ToStatus(r.err))
 		case r.op == "NodeStage" || r.op == "NodePublish":
 			*state = done
@@ -345,9 +348,17 @@ func (s *sim) settle() int {
 		if n > 0 || s.proc.actors.Load() == 0 {
 			return n
 		}
-		// Every actor is blocked and none parked: one is asleep (a poll,
-		// a retry's backoff). Let bubble time run until an actor parks or
-		// ends; an hour of it means none ever will.
+		// Every actor is blocked and none parked. One waiting on the
+		// node's injected clock (a repair's rescan wait) sees it move on
+		// by its poll step.
+		if s.clk.HasWaiters() {
+			s.clk.Step(100 * time.Millisecond)
+			s.kernel.Refresh()
+			continue
+		}
+		// Or one is asleep in bubble time (a poll, a retry's backoff):
+		// let bubble time run until an actor parks or ends; an hour of it
+		// means none ever will.
 		timer := time.NewTimer(time.Hour)
 		select {
 		case <-s.wake:
@@ -411,6 +422,11 @@ func (s *sim) crashNow() {
 		}
 		for _, i := range mine {
 			s.release(i, false)
+		}
+		if len(mine) == 0 && s.clk.HasWaiters() {
+			s.clk.Step(100 * time.Millisecond)
+			s.kernel.Refresh()
+			continue
 		}
 		if len(mine) == 0 {
 			timer := time.NewTimer(time.Hour)
@@ -513,6 +529,15 @@ func (s *sim) settleCO(v *vol, state *coState, want coState, retry func(*vol)) {
 		*state = unknown // an RPC it never sent settles nothing
 	}
 	for try := 0; *state != want; try++ {
+		if try == 5 && want == done && strings.Contains(v.lastErr, "mount of another device") {
+			// The kernel replaced the volume's device (its namespace was
+			// disabled and enabled): the old mount is dead, and the CO
+			// must unstage and stage again (docs/operations.md).
+			s.logf("CO gives up on %s: its device was replaced", v.id)
+			s.settleCO(v, &v.pub, absent, s.unpublish)
+			s.settleCO(v, &v.stage, absent, s.unstage)
+			return
+		}
 		if try == 5 {
 			s.fail("%s of %s never succeeds", map[coState]string{done: "setting up", absent: "tearing down"}[want], v.id)
 		}
