@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -87,10 +88,17 @@ func (n *NVMe) job(ctx context.Context, lease *intent.Lease) {
 		if present {
 			continue
 		}
-		if s, ok := n.reconnect(ctx, host, nqn, e); ok {
+		s, ok := n.reconnect(ctx, host, nqn, e)
+		if ok {
 			res.connects = append(res.connects, nqn+" "+e.String())
-		} else if s != "" {
-			res.skipped = append(res.skipped, nqn+" "+e.String()+": "+s)
+			n.gate.Forget("reconnect " + nqn + " " + e.String())
+			continue
+		}
+		res.skipped = append(res.skipped, nqn+" "+e.String()+": "+s)
+		// An observed or disabled reconnect, once per change (a failed one
+		// has its own line): it would otherwise repeat every tick.
+		if strings.Contains(s, "would reconnect") && n.gate.Should("reconnect "+nqn+" "+e.String(), s) {
+			klog.InfoS("Learned path not reconnected", "nqn", nqn, "endpoint", e.String(), "reason", s)
 		}
 	}
 }
