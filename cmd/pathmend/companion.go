@@ -154,7 +154,7 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 		return err
 	}
 	connector := fabrics.NewConnector(c.devRoot, sys)
-	nv, err := newCompanionNVMe(c, cf, sys, owner, policy, connector, m, clk)
+	nv, err := newCompanionNVMe(c, cf, sys, owner, policy, connector, m, clk, true)
 	if err != nil {
 		return err
 	}
@@ -219,12 +219,12 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 
 // newCompanionNVMe builds companion mode's NVMe heal on the state dir's
 // learned store.
-func newCompanionNVMe(c serveConfig, cf companionFlags, sys sysfs.FS, owner *intent.Owner, policy *heal.Policy, connector nvme.Connector, m *metrics.Metrics, clk clock.Clock) (*companion.NVMe, error) {
+func newCompanionNVMe(c serveConfig, cf companionFlags, sys sysfs.FS, owner *intent.Owner, policy *heal.Policy, connector nvme.Connector, m *metrics.Metrics, clk clock.Clock, defectGauge bool) (*companion.NVMe, error) {
 	learned, err := companion.NewStore(c.stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
-	return companion.NewNVMe(companion.Config{ForgetAfter: cf.forgetAfter, ConnectTimeout: c.connectTimeout, Actions: cf.actions}, companion.Deps{
+	return companion.NewNVMe(companion.Config{ForgetAfter: cf.forgetAfter, ConnectTimeout: c.connectTimeout, Actions: cf.actions, DefectGauge: defectGauge}, companion.Deps{
 		SysFS: sys, Intents: owner, Store: learned, Policy: policy, Connector: connector,
 		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Clock: clk, Metrics: m,
 	})

@@ -253,7 +253,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	var sessions monitor.SessionHealer = newSessionHeal(healer, sys, m, clk)
 	if c.healForeign {
-		nv, err := newCompanionNVMe(c, c.foreign, sys, owner, policy, connector, m, clk)
+		nv, err := newCompanionNVMe(c, c.foreign, sys, owner, policy, connector, m, clk, false)
 		if err != nil {
 			return err
 		}

@@ -48,6 +48,13 @@ type Config struct {
 	// did not answer (defaults 3 s and 5 min).
 	BackoffBase, BackoffMax time.Duration
 	Actions                 Actions
+	// DefectGauge sets pathmend_defects{transport="nvme-tcp"} from the
+	// learned subsystems' defects each tick: in `pathmend companion`,
+	// whose monitor has no records and so no NVMe defects of its own.
+	// Off in the node plugin (serve --heal-foreign), whose monitor owns
+	// the gauge; the foreign repairs count in pathmend_repairs_total
+	// there either way.
+	DefectGauge bool
 }
 
 // Defaults of Config.
@@ -228,6 +235,13 @@ func (n *NVMe) Run(ctx context.Context) TickReport {
 		}
 		rep.Defects = append(rep.Defects, d)
 		need[nqn] = true
+	}
+	if n.cfg.DefectGauge && n.deps.Metrics != nil {
+		counts := map[heal.Kind]int{}
+		for _, d := range rep.Defects {
+			counts[d.Kind]++
+		}
+		n.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), counts)
 	}
 	now := n.deps.Clock.Now()
 	for _, nqn := range sortedNQNs(learned) {

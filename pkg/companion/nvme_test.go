@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -375,5 +377,34 @@ func TestNVMe_AnUnreadableLearnedFileBlocksItsSubsystem(t *testing.T) {
 	}
 	if len(r.n.Learned()) != 0 {
 		t.Errorf("learned %+v", r.n.Learned())
+	}
+}
+
+// TestNVMe_CountsItsDefectsAndVerdicts: in `pathmend companion` the
+// learned subsystems' defects set pathmend_defects and their verdicts
+// count in pathmend_repairs_total, as the node plugin's do.
+func TestNVMe_CountsItsDefectsAndVerdicts(t *testing.T) {
+	r := newRig(t, heal.ModeObserve, Actions{})
+	m := metrics.New()
+	r.cfg.DefectGauge = true
+	var err error
+	r.n, err = NewNVMe(r.cfg, Deps{SysFS: r.k.FS(), Intents: r.owner, Store: r.learned, Policy: r.policy, Connector: r.k, Clock: r.clk,
+		Prober: proberFunc(func(context.Context, string) error { return nil }), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.attach(t, nqnF)
+	r.k.DropLegs(1)
+	r.tick()
+	want := `
+# HELP pathmend_defects Defects found by the last diagnosis, by transport and kind.
+# TYPE pathmend_defects gauge
+pathmend_defects{kind="ControllerNotContributing",transport="nvme-tcp"} 1
+# HELP pathmend_repairs_total Heal verdicts by transport, defect kind, scope, verdict (repaired, observed, deferred, refused, failed) and reason class.
+# TYPE pathmend_repairs_total counter
+pathmend_repairs_total{kind="ControllerNotContributing",reason="observe_mode",scope="controller",transport="nvme-tcp",verdict="observed"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "pathmend_defects", "pathmend_repairs_total"); err != nil {
+		t.Error(err)
 	}
 }
