@@ -243,9 +243,10 @@ func TestCompanion_ReconnectsAGivenUpPathWithTheDriversOptions(t *testing.T) {
 		return back != "" && attrIs(fsys, "class/nvme/"+back+"/state", "live")()
 	})
 	t.Logf("port 4421 live again as %s, %s after the port returned", back, time.Since(restored).Round(100*time.Millisecond))
-	if len(p.lines(t, "Reconnected path", "learned=true", "127.0.0.1:4421")) == 0 {
-		t.Errorf("no \"Reconnected path\" line of companion mode: who connected %s?", back)
-	}
+	// klog flushes every 5 s.
+	eventually(t, 10*time.Second, "companion mode's \"Reconnected path\" line", func() bool {
+		return len(p.lines(t, "Reconnected path", "learned=true", "127.0.0.1:4421")) > 0
+	})
 	checkDriversOptions(t, fsys, back)
 	eventually(t, 20*time.Second, "both legs of the head again", func() bool {
 		h, legs, ok := headOf(t, nqn, 1)
@@ -286,9 +287,9 @@ func TestCompanion_ReconnectsAfterARestartBetweenLearningAndTheGiveUp(t *testing
 		return back != "" && attrIs(fsys, "class/nvme/"+back+"/state", "live")()
 	})
 	checkDriversOptions(t, fsys, back)
-	if len(second.lines(t, "Reconnected path", "127.0.0.1:4421")) == 0 {
-		t.Errorf("no \"Reconnected path\" line of the restarted companion")
-	}
+	eventually(t, 10*time.Second, "the restarted companion's \"Reconnected path\" line", func() bool {
+		return len(second.lines(t, "Reconnected path", "learned=true", "127.0.0.1:4421")) > 0
+	})
 }
 
 // (c) The driver disconnects a live controller (`nvme disconnect`, as its
@@ -313,6 +314,7 @@ func TestCompanion_DoesNotReconnectWhatTheDriverDisconnected(t *testing.T) {
 	if c := ctrlTo(fsys, nqn, "4421"); c != "" {
 		t.Errorf("%s connects port 4421 again after the driver disconnected it", c)
 	}
+	p.stop() // flushes its log
 	if lines := p.lines(t, "Reconnected path"); len(lines) > 0 {
 		t.Errorf("companion mode reconnected:\n%s", strings.Join(lines, "\n"))
 	}
@@ -383,10 +385,10 @@ func TestCompanion_KicksAForeignStuckSessionBackToLoggedIn(t *testing.T) {
 	eventually(t, 30*time.Second, "an observed verdict for the stuck foreign session", func() bool {
 		return len(obs.lines(t, `"iSCSI session verdict"`, `verdict="observed"`, proxyPortal)) > 0
 	})
-	if lines := obs.lines(t, "Kicking iSCSI session"); len(lines) > 0 || len(obs.lines(t, "Restarting iscsid")) > 0 {
+	obs.stop() // flushes its log
+	if lines := append(obs.lines(t, "Kicking iSCSI session"), obs.lines(t, "Restarting iscsid")...); len(lines) > 0 {
 		t.Errorf("observe mode kicked:\n%s", strings.Join(lines, "\n"))
 	}
-	obs.stop()
 
 	rep := startCompanion(t, l, dir, "--heal=repair", "--iscsid-restart", "--iscsi-relogin", "--iscsi-stuck-threshold=10s", restart)
 	var repaired string
@@ -440,6 +442,7 @@ func TestCompanion_LeavesAForeignSessionWithAnUnreachablePortalAlone(t *testing.
 	})
 	t.Logf("refusal: %s", refusal)
 	time.Sleep(10 * time.Second) // ten ticks more, still dropped
+	p.stop()                     // flushes its log
 	if ls := append(p.lines(t, "Kicking iSCSI session"), p.lines(t, "Restarting iscsid")...); len(ls) > 0 {
 		t.Errorf("companion mode kicked a session whose portal is unreachable:\n%s", strings.Join(ls, "\n"))
 	}
