@@ -99,3 +99,25 @@ func TestCompanion_TheBuiltBinaryLearnsAndServesHealth(t *testing.T) {
 		t.Errorf("log lacks the start line:\n%s", log.String())
 	}
 }
+
+// TestCompanion_BadFlagsNameTheFlag: a bad --forget-after is refused by
+// `pathmend companion` and by `serve --heal-foreign` (and ignored by
+// serve without it); an unknown flag is bad usage.
+func TestCompanion_BadFlagsNameTheFlag(t *testing.T) {
+	c := defaultServeConfig()
+	c.foreign.forgetAfter = 0
+	if err := c.validate(); err != nil {
+		t.Errorf("serve without --heal-foreign: %v", err)
+	}
+	c.healForeign = true
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--forget-after") {
+		t.Errorf("serve --heal-foreign --forget-after=0: %v, want it to name --forget-after", err)
+	}
+	var stdout, stderr strings.Builder
+	if code := run([]string{"companion", "--forget-after=0s", "--state-dir=" + t.TempDir(), "--sys-root=" + t.TempDir()}, &stdout, &stderr); code != 1 {
+		t.Errorf("companion --forget-after=0s: exit %d, want 1", code)
+	}
+	if code := run([]string{"companion", "--endpoint=unix:///x.sock"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "endpoint") {
+		t.Errorf("companion --endpoint: exit %d (%s), want 2: companion mode has no CSI socket", code, stderr.String())
+	}
+}
