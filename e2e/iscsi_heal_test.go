@@ -173,18 +173,34 @@ func TestISCSI_HealRelogsInAStuckSessionBesideALivePath(t *testing.T) {
 	})
 }
 
-// A stuck session that is the last path of a mounted file system: the
-// heal never logs it out; it restarts iscsid, the same disk comes back and
-// the file system is still there.
+// A stuck session that becomes the last live path of a mounted file
+// system. The proxied session is driven into the stuck state of
+// open-iscsi #387 while the direct portal carries the map's I/O; then the
+// direct portal drops and the map has no live path left: dm-multipath
+// queues its I/O (the lab's multipath.conf: no_path_retry 24 × 5 s). A
+// healer with pathmend's default threshold that first looks now, its clock
+// starting with the outage — the slowest a heal can be — restarts iscsid
+// (never a logout of a last path); the same disk comes back and the queued
+// I/O completes. A writer that fsyncs all through the outage, the file
+// written before it and a write after it prove the file system stayed
+// writable with its data, and every path was down for less than the
+// queueing window.
+//
+// Before the lab had a queueing policy (LIO's built-in no_path_retry 12,
+// 60 s), this test's earlier form — the stuck session the only path from
+// the start, down for the whole reproduction of the race — saw ext4 abort
+// its journal when the 60 s ran out, 41 s before the heal, and report
+// "Remounting filesystem read-only" at the first write after the heal:
+// the outage outlasted the window; the iscsid restart did not do it.
 func TestISCSI_HealRestartsIscsidForAStuckLastPath(t *testing.T) {
 	l := needLab(t)
 	proxy := startFlakyProxy(t, proxyPortal, "127.0.0.2:3260")
 	l.teardownAll(t)
 	const iqn = "iqn.2024-01.io.pathmend.lab:e2e-heal-last"
-	lioTarget(t, l, iqn, "e2e-heal-last-lun0", "", "", "127.0.0.2")
+	lioTarget(t, l, iqn, "e2e-heal-last-lun0", "", "", "127.0.0.1", "127.0.0.2")
 	p := newPathmendISCSI(t)
 	ctx := context.Background()
-	vc := iscsiContext(iqn, 0, "127.0.0.3")
+	vc := iscsiContext(iqn, 0, "127.0.0.1", "127.0.0.3")
 	dev, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-last", Context: vc})
 	if err != nil {
 		t.Fatal(err)
@@ -192,31 +208,60 @@ func TestISCSI_HealRestartsIscsidForAStuckLastPath(t *testing.T) {
 	rec := volume.Record{VolumeID: "pv-last", Context: vc, Device: dev.Path, AccessType: volume.AccessMount, FSType: "ext4"}
 	p.recs.put(rec)
 	mnt := t.TempDir()
-	l.sh(t, "mkfs.ext4 -q -F "+dev.Path+" && mount "+dev.Path+" "+mnt+" && echo pathmend >"+mnt+"/proof && sync")
+	l.sh(t, "mkfs.ext4 -q -F "+dev.Path+" && mount "+dev.Path+" "+mnt)
 	t.Cleanup(func() { _, _ = l.trySh(t, 30*time.Second, "umount -l "+mnt) })
+	fs := watchFS(t, mnt)
+	window := queueWindow(t, l, dev.Path)
 	before, _ := sessionTo(t, p.sys, iqn, proxyPortal)
 	if len(before.LUNs) != 1 || before.LUNs[0].Disk == "" {
 		t.Fatalf("session before: %+v", before)
 	}
 
 	stuckOrFail(t, p.sys, proxy, iqn)
-	if c := p.att.Health(ctx, rec); c.Status != driver.Inaccessible {
-		t.Fatalf("health while stuck: %+v", c)
+	w := startFsyncWriter(t, mnt)
+	l.sh(t, "fault_drop_port 3260 127.0.0.1")
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			l.sh(t, "fault_restore_port 3260 127.0.0.1")
+		}
 	}
-	reports := healUntil(t, ctx, newHealer(t, p), p, 3*time.Minute, func(rs []iscsi.Report) bool {
+	t.Cleanup(restore)
+	eventually(t, 90*time.Second, "the map without a live path", func() bool {
+		return p.att.Health(ctx, rec).Status == driver.Inaccessible
+	})
+	allDown := time.Now()
+	t.Logf("every path of %s down at guest uptime %.1fs: the direct portal dropped, the proxied session stuck", dev.Path, uptime(t).Seconds())
+	h, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
+		Mode: heal.ModeRepair, Threshold: iscsi.DefaultThreshold, VerifyWindow: time.Minute,
+		Kicker: p.in, Prober: &iscsi.NetProber{Timeout: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := healUntil(t, ctx, h, p, 3*time.Minute, func(rs []iscsi.Report) bool {
 		_, ok := repairedAt(rs, proxyPortal)
 		return ok
 	})
 	r, _ := repairedAt(reports, proxyPortal)
 	t.Logf("repaired by %s; LOGGED_IN %s after the kick", r.Kick, r.TimeToLoggedIn)
 	if r.Kick != iscsi.KickRestart {
-		t.Errorf("kick %s, want %s: the session is the last path of a mounted disk", r.Kick, iscsi.KickRestart)
+		t.Errorf("kick %s, want %s: the session is the last live path of a mounted disk", r.Kick, iscsi.KickRestart)
+	}
+	eventually(t, 30*time.Second, "a live path in the map again", func() bool {
+		return p.att.Health(ctx, rec).Status != driver.Inaccessible
+	})
+	down := time.Since(allDown)
+	t.Logf("every path was down for %s (queueing window %s) until guest uptime %.1fs", down.Round(100*time.Millisecond), window, uptime(t).Seconds())
+	if down >= window {
+		t.Errorf("every path down for %s: not within the %s queueing window, so the file system's survival proves nothing", down.Round(time.Second), window)
 	}
 	after, _ := sessionTo(t, p.sys, iqn, proxyPortal)
 	if after.ID != before.ID || len(after.LUNs) != 1 || after.LUNs[0].Disk != before.LUNs[0].Disk {
 		t.Errorf("after the restart: %s %+v, want %s with disk %s kept", after.ID, after.LUNs, before.ID, before.LUNs[0].Disk)
 	}
-	if got := l.sh(t, "cat "+mnt+"/proof"); got != "pathmend" {
-		t.Errorf("file system content after the heal: %q", got)
-	}
+	w.stop(t)
+	fs.assertIntact(t, l)
+	restore()
 }
