@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,94 +18,25 @@ import (
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-const (
-	proxyPortal = "127.0.0.3:3260"
-	// selfRecovery bounds how long a session is watched once its portal
-	// passes again: iscsid 2.1.8 relogs in within 2–6 s, so a session
-	// still down after this (two of its 15 s login timeouts) is stuck
-	// even when the proxy saw too few reopens to tell.
-	selfRecovery = 30 * time.Second
-	// stuckBudget bounds all attempts at the stuck state of one test.
-	stuckBudget = 5 * time.Minute
-	// breakFor bounds one attempt's breaking: the resets after the bind
-	// each race the window, and 1 to 80 of them were needed.
-	breakFor = 2 * time.Minute
-)
+const proxyPortal = "127.0.0.3:3260"
 
-// makeStuck is one attempt at the stuck state. It breaks the proxied
-// portal until the session through it leaves LOGGED_IN and the proxy has
-// seen the stuck state's signature (a reopen reset after its bind, then
-// three reopens that never got bound: their bind failed with ENOTCONN),
-// or until breakFor or the deadline, then lets the portal pass and
-// decides as soon as the race is known: lost when a reopen is seen bound
-// or the session is LOGGED_IN again (iscsid is recovering it by itself),
-// won when two reopens were closed without ever being bound while the
-// session stays down (every bind fails: the kernel answers ENOTCONN), or
-// when it is still down after selfRecovery.
-func makeStuck(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string, deadline time.Time) bool {
+// stuckOrFail drives the session to iqn through the proxy into the stuck
+// state of open-iscsi #387 (flakyproxy.Proxy.Stuck), within 5 min.
+func stuckOrFail(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string) {
 	t.Helper()
-	start := time.Now()
 	var bound func() bool
 	if s, ok := sessionTo(t, sys, iqn, proxyPortal); ok {
 		bound = connBound(sys, s.ID)
 	}
-	proxy.Break(bound)
-	eventually(t, 90*time.Second, "the proxied session to leave LOGGED_IN", func() bool {
+	o := flakyproxy.DefaultStuckOptions
+	o.Logf = func(format string, args ...any) { t.Logf(format, args...) }
+	session := func() (bool, bool, string) {
 		s, ok := sessionTo(t, sys, iqn, proxyPortal)
-		return ok && !s.State.LoggedIn()
-	})
-	_, bound0 := proxy.Resets()
-	breakUntil := time.Now().Add(breakFor)
-	if deadline.Before(breakUntil) {
-		breakUntil = deadline
+		return ok, ok && s.State.LoggedIn(), fmt.Sprintf("%s %s", s.ID, s.State)
 	}
-	for ; time.Now().Before(breakUntil); time.Sleep(200 * time.Millisecond) {
-		if _, bound := proxy.Resets(); bound > bound0 && proxy.UnboundRun() >= 3 {
-			break
-		}
+	if err := proxy.Stuck(context.Background(), session, bound, o); err != nil {
+		t.Fatalf("could not reproduce a stuck session (open-iscsi #387) with iscsid 2.1.8: %v", err)
 	}
-	fb0, fu0 := proxy.Forwards()
-	proxy.Pass()
-	passed := time.Now()
-	for time.Since(passed) < selfRecovery {
-		s, ok := sessionTo(t, sys, iqn, proxyPortal)
-		fb, fu := proxy.Forwards()
-		switch {
-		case ok && s.State.LoggedIn():
-			t.Logf("attempt lost after %s: %s LOGGED_IN again %s after the portal passed", time.Since(start).Round(time.Second), s.ID, time.Since(passed).Round(100*time.Millisecond))
-			return false
-		case fb > fb0:
-			t.Logf("attempt lost after %s: a reopen was bound %s after the portal passed (iscsid is logging in)", time.Since(start).Round(time.Second), time.Since(passed).Round(100*time.Millisecond))
-			return false
-		case fu-fu0 >= 2 && ok:
-			all, afterBind := proxy.Resets()
-			t.Logf("stuck after %s: %s %s, %d reopens after the portal passed closed without a bind (proxy reset %d connections, %d of them bound)",
-				time.Since(start).Round(time.Second), s.ID, s.State, fu-fu0, all, afterBind)
-			return true
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	s, _ := sessionTo(t, sys, iqn, proxyPortal)
-	all, afterBind := proxy.Resets()
-	t.Logf("stuck after %s: %s %s for %s with its portal passing (proxy reset %d connections, %d of them bound)", time.Since(start).Round(time.Second), s.ID, s.State, selfRecovery, all, afterBind)
-	return true
-}
-
-// stuckOrFail tries attempts at the stuck state until one wins, within
-// stuckBudget: a lost attempt ends as soon as it is known to be lost, and
-// the next one starts at once (breaking again takes the session down
-// whatever it is doing).
-func stuckOrFail(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string) {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(stuckBudget)
-	for i := 1; time.Now().Before(deadline); i++ {
-		if makeStuck(t, sys, proxy, iqn, deadline) {
-			t.Logf("stuck state reached on attempt %d, %s after the first break", i, time.Since(start).Round(time.Second))
-			return
-		}
-	}
-	t.Fatalf("could not reproduce a stuck session (open-iscsi #387) within %s: iscsid %s recovered each time", stuckBudget, "2.1.8")
 }
 
 func newHealer(t *testing.T, p *pathmendISCSI) *iscsi.SessionHealer {
