@@ -34,8 +34,10 @@ func newCO(sock, root string, record func(report.Action)) (*co, error) {
 	return &co{node: csi.NewNodeClient(conn), conn: conn, root: root, record: record}, nil
 }
 
-func (c *co) staging(v *vol) string { return filepath.Join(c.root, "kubelet", "plugins", "staging", v.id) }
-func (c *co) target(v *vol) string  { return filepath.Join(c.root, "kubelet", "pods", "soak", v.id) }
+func (c *co) staging(v *vol) string {
+	return filepath.Join(c.root, "kubelet", "plugins", "staging", v.id)
+}
+func (c *co) target(v *vol) string { return filepath.Join(c.root, "kubelet", "pods", "soak", v.id) }
 
 func capability(v *vol) *csi.VolumeCapability {
 	mode := &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}
