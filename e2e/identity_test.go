@@ -41,6 +41,7 @@ type pathmendProc struct {
 	conn    *grpc.ClientConn
 	logPath string
 	stop    func() // SIGINT, wait (at most 15 s); idempotent
+	kill    func() // SIGKILL, wait: pathmend crashed
 }
 
 // startPathmendIn runs `pathmend serve` with its socket and state dir in
@@ -111,7 +112,11 @@ func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &pathmendProc{conn: conn, logPath: logPath, stop: stop}
+	kill := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	return &pathmendProc{conn: conn, logPath: logPath, stop: stop, kill: kill}
 }
 
 func TestIdentity_PathmendServesPluginInfoProbeAndNodeInfo(t *testing.T) {
