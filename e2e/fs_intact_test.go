@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,6 +227,7 @@ func uptime(t *testing.T) time.Duration {
 // filesystem under test, so an outage meets I/O in flight: a write queued
 // while every path is down must complete once a path is back.
 type fsyncWriter struct {
+	once    sync.Once
 	done    chan struct{}
 	stopped chan struct{}
 	writes  int
@@ -240,6 +242,8 @@ func startFsyncWriter(t *testing.T, mnt string) *fsyncWriter {
 		t.Fatal(err)
 	}
 	w := &fsyncWriter{done: make(chan struct{}), stopped: make(chan struct{})}
+	// A test that fails before stop still ends the writer.
+	t.Cleanup(func() { w.once.Do(func() { close(w.done) }) })
 	buf := bytes.Repeat([]byte("w"), 4096)
 	go func() {
 		defer close(w.stopped)
@@ -269,7 +273,7 @@ func startFsyncWriter(t *testing.T, mnt string) *fsyncWriter {
 // any write or fsync failed.
 func (w *fsyncWriter) stop(t *testing.T) {
 	t.Helper()
-	close(w.done)
+	w.once.Do(func() { close(w.done) })
 	select {
 	case <-w.stopped:
 	case <-time.After(3 * time.Minute):
