@@ -105,6 +105,9 @@ func pathmendMetrics(t *testing.T) map[string]metricFamily {
 	m.ObserveSessionRecovery("logout_login", "failed")
 	m.ObserveTick(time.Millisecond, time.Now())
 	m.ProcessStarted()
+	m.SetUnreadableRecords(1)
+	m.ObserveIntent("attaching", "rolled back")
+	m.ObserveIntent("detaching", "failed")
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -31,13 +31,16 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 	vc := iscsiContext(iqn, 0, "127.0.0.1", "127.0.0.2")
 
 	// Wrong password: rejected by the target, nothing left behind.
-	_, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-bad", Context: vc,
+	bad, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-bad", Context: vc,
 		Secrets: volume.Secrets{CHAPUsername: "e2e-user", CHAPPassword: "not-the-secret"}})
 	if !errors.Is(err, iscsi.ErrAuthFailed) {
 		t.Fatalf("wrong CHAP password: %v, want ErrAuthFailed", err)
 	}
 	if strings.Contains(err.Error(), "not-the-secret") {
 		t.Fatalf("the secret is in the error: %v", err)
+	}
+	if err := p.att.Undo(ctx, bad, volume.CoTenants{}); err != nil {
+		t.Fatalf("undo of the failed attach: %v", err)
 	}
 	if out, _ := exec.Command("iscsiadm", "-m", "node").CombinedOutput(); strings.Contains(string(out), iqn) {
 		t.Errorf("node records left after a failed attach:\n%s", out)
@@ -48,10 +51,11 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 
 	sec := volume.Secrets{CHAPUsername: "e2e-user", CHAPPassword: "e2e-secret-123"}
 	start := time.Now()
-	dev, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: sec})
+	a, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: sec})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dev := a.Device
 	t.Logf("attached %s (%d bytes) in %s", dev.Path, dev.SizeBytes, time.Since(start).Round(time.Millisecond))
 	if !strings.HasPrefix(filepath.Base(dev.Path), "dm-") || dev.SizeBytes != 64<<20 {
 		t.Fatalf("device %+v, want a 64 MiB multipath map", dev)
@@ -59,7 +63,7 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 	rec := volume.Record{VolumeID: "pv-1", Context: vc, Device: dev.Path, AccessType: volume.AccessBlock}
 	p.recs.put(rec)
 	again, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: sec})
-	if err != nil || again != dev {
+	if err != nil || again.Device != dev || again.Created != nil {
 		t.Fatalf("second attach: %+v, %v", again, err)
 	}
 	if c := p.att.Health(ctx, rec); c.Status != driver.Healthy {
@@ -77,7 +81,7 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 	l.sh(t, "fault_restore_port 3260 127.0.0.2")
 	eventually(t, 90*time.Second, "Healthy", func() bool { return p.att.Health(ctx, rec).Status == driver.Healthy })
 
-	if err := p.att.Detach(ctx, rec); err != nil {
+	if err := p.att.Detach(ctx, rec, volume.CoTenants{}); err != nil {
 		t.Fatal(err)
 	}
 	p.recs.clear()

@@ -73,10 +73,11 @@ func TestISCSI_HealRelogsInAStuckSessionBesideALivePath(t *testing.T) {
 	p := newPathmendISCSI(t)
 	ctx := context.Background()
 	vc := iscsiContext(iqn, 0, "127.0.0.1", "127.0.0.3")
-	dev, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-mp", Context: vc})
+	a, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-mp", Context: vc})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dev := a.Device
 	rec := volume.Record{VolumeID: "pv-mp", Context: vc, Device: dev.Path, AccessType: volume.AccessBlock}
 	p.recs.put(rec)
 	stuck, _ := sessionTo(t, p.sys, iqn, proxyPortal)
@@ -133,10 +134,11 @@ func TestISCSI_HealRestartsIscsidForAStuckLastPath(t *testing.T) {
 	p := newPathmendISCSI(t)
 	ctx := context.Background()
 	vc := iscsiContext(iqn, 0, "127.0.0.1", "127.0.0.3")
-	dev, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-last", Context: vc})
+	a, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-last", Context: vc})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dev := a.Device
 	rec := volume.Record{VolumeID: "pv-last", Context: vc, Device: dev.Path, AccessType: volume.AccessMount, FSType: "ext4"}
 	p.recs.put(rec)
 	mnt := t.TempDir()

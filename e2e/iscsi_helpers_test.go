@@ -42,7 +42,13 @@ func (m *memRecords) List() ([]volume.Record, error) {
 	return slices.Clone(m.list), nil
 }
 
-func (m *memRecords) put(r volume.Record) { m.mu.Lock(); m.list = append(m.list, r); m.mu.Unlock() }
+// put adds a staged record.
+func (m *memRecords) put(r volume.Record) {
+	r.State = volume.StateStaged
+	m.mu.Lock()
+	m.list = append(m.list, r)
+	m.mu.Unlock()
+}
 
 func (m *memRecords) clear() { m.mu.Lock(); m.list = nil; m.mu.Unlock() }
 
@@ -65,7 +71,7 @@ func newPathmendISCSI(t *testing.T) *pathmendISCSI {
 		t.Fatal(err)
 	}
 	recs := &memRecords{}
-	att, err := attach.NewAttacher(attach.AttacherConfig{Sys: sys, DevRoot: "/dev", Initiator: in, Records: recs})
+	att, err := attach.NewAttacher(attach.AttacherConfig{Sys: sys, DevRoot: "/dev", Initiator: in})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,11 +97,12 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 		fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
 		return diagnoseError
 	}
-	records, err := stagedRecords(*stateDir)
+	listing, err := stagedRecords(*stateDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
 		return diagnoseError
 	}
+	records := listing.Records
 	// iSCSI records yield no expectation; their paths are not NVMe's.
 	var want []nvme.Expectation
 	for _, r := range records {
@@ -112,12 +113,13 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	nvmeDefects := nvme.Inspect(h, want)
 	rep := newReport(h, want, nvmeDefects, now())
 	rep.SysRoot, rep.StateDir = *sysRoot, *stateDir
+	rep.addRecords(listing)
 	// iSCSI defects follow the NVMe ones; the NVMe policy plans only its
 	// own, the iSCSI plan is the session heal's structural choice.
 	isd := diagnoseISCSI(snap, records, iscsiPlanConfig{Scope: iscsi.HealScope(*iscsiScope), Threshold: *iscsiThreshold})
 	rep.ISCSI = isd.rep
 	rep.Defects = append(rep.Defects, isd.defects...)
-	rep.Healthy = len(rep.Defects) == 0
+	rep.Healthy = len(rep.Defects) == 0 && len(rep.Unreadable) == 0
 	if *plan {
 		if s := iscsi.HealScope(*iscsiScope); s != iscsi.HealStaged && s != iscsi.HealAll {
 			fmt.Fprintf(stderr, "pathmend diagnose: --heal-iscsi-scope %q: want staged or all\n", s)
@@ -150,7 +152,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 		fmt.Fprintf(stderr, "pathmend diagnose: write report: %v\n", err)
 		return diagnoseError
 	}
-	if len(rep.Defects) > 0 {
+	if !rep.Healthy {
 		return diagnoseDefects
 	}
 	return diagnoseHealthy
@@ -158,23 +160,57 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 
 // stagedRecords lists the records under dir without creating anything: a
 // missing state directory, or one without the records subdirectory the
-// store keeps them in (<dir>/volumes), is a node with no staged volume.
-func stagedRecords(dir string) ([]volume.Record, error) {
+// store keeps them in (<dir>/volumes), is a node with no staged volume. A
+// record that cannot be read is in the listing, not an error.
+func stagedRecords(dir string) (volume.Listing, error) {
 	if dir == "" {
-		return nil, nil
+		return volume.Listing{}, nil
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, err
+		return volume.Listing{}, err
 	}
 	if _, err := os.Stat(filepath.Join(abs, "volumes")); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return volume.Listing{}, nil
 	}
 	store, err := volume.NewStore(abs)
 	if err != nil {
-		return nil, err
+		return volume.Listing{}, err
 	}
-	return store.List()
+	return store.Scan()
+}
+
+// unreadableRep is a record file that cannot be read: nothing of the
+// target it may belong to is torn down until it is readable or removed.
+type unreadableRep struct {
+	File     string `json:"file"`
+	VolumeID string `json:"volumeID,omitempty"`
+	// Target is "nvme-tcp <nqn>" or "iscsi <iqn>"; empty when the file
+	// names none (then it blocks teardown on every target).
+	Target string `json:"target,omitempty"`
+	Error  string `json:"error"`
+}
+
+// addRecords adds what the records say beyond the volumes: the files
+// that cannot be read, and the state of volumes whose stage or unstage
+// was interrupted.
+func (r *report) addRecords(l volume.Listing) {
+	for _, u := range l.Unreadable {
+		ur := unreadableRep{File: u.Path, VolumeID: u.VolumeID, Error: u.Err.Error()}
+		if !u.Target.IsZero() {
+			ur.Target = u.Target.String()
+		}
+		r.Unreadable = append(r.Unreadable, ur)
+	}
+	states := map[string]volume.State{}
+	for _, rec := range l.Records {
+		if rec.State != volume.StateStaged {
+			states[rec.VolumeID] = rec.State
+		}
+	}
+	for i := range r.Volumes {
+		r.Volumes[i].State = states[r.Volumes[i].VolumeID]
+	}
 }
 
 // report is the document `pathmend diagnose --json` prints; the field
@@ -194,6 +230,9 @@ type report struct {
 	// ISCSI is the iSCSI sessions, multipath maps and staged iSCSI
 	// volumes (diagnose_iscsi.go); its defects are in Defects.
 	ISCSI iscsiRep `json:"iscsi"`
+	// Unreadable are the record files that cannot be read (absent when
+	// there is none); the node is then not healthy.
+	Unreadable []unreadableRep `json:"unreadableRecords,omitempty"`
 	// Plan is present with --plan only (an empty list without defects:
 	// omitzero drops nil, not empty): the verdict on each defect right
 	// now, as a dry run.
@@ -271,12 +310,15 @@ type pathRep struct {
 
 // volumeRep is one staged NVMe/TCP volume and the devices found for it.
 type volumeRep struct {
-	VolumeID string            `json:"volumeID"`
-	NQN      string            `json:"nqn"`
-	NSID     uint32            `json:"nsid,omitempty"`
-	NGUID    string            `json:"nguid,omitempty"`
-	UUID     string            `json:"uuid,omitempty"`
-	Devices  []nvme.DeviceName `json:"devices"`
+	VolumeID string `json:"volumeID"`
+	// State is the record's state when it is not staged (attaching,
+	// detaching: an interrupted stage or unstage); absent when staged.
+	State   volume.State      `json:"state,omitempty"`
+	NQN     string            `json:"nqn"`
+	NSID    uint32            `json:"nsid,omitempty"`
+	NGUID   string            `json:"nguid,omitempty"`
+	UUID    string            `json:"uuid,omitempty"`
+	Devices []nvme.DeviceName `json:"devices"`
 }
 
 // newReport turns one read and its diagnosis into a report. Lists are
@@ -386,7 +428,24 @@ func (r *report) writeTable(out io.Writer) error {
 	if len(r.Volumes) > 0 {
 		rows := [][]string{{"VOLUME", "NQN", "DEVICES"}}
 		for _, v := range r.Volumes {
-			rows = append(rows, []string{v.VolumeID, v.NQN, dash(joinNames(v.Devices))})
+			id := v.VolumeID
+			if v.State != "" {
+				id += " (" + string(v.State) + ")"
+			}
+			rows = append(rows, []string{id, v.NQN, dash(joinNames(v.Devices))})
+		}
+		writeRows(w, rows)
+		fmt.Fprintln(w)
+	}
+	if len(r.Unreadable) > 0 {
+		fmt.Fprintf(w, "%d staged-volume record(s) cannot be read; nothing of their targets is torn down until each is readable or removed (docs/state.md):\n", len(r.Unreadable))
+		rows := [][]string{{"FILE", "VOLUME", "TARGET", "ERROR"}}
+		for _, u := range r.Unreadable {
+			tgt := u.Target
+			if tgt == "" {
+				tgt = "unknown: blocks every target"
+			}
+			rows = append(rows, []string{u.File, dash(u.VolumeID), tgt, u.Error})
 		}
 		writeRows(w, rows)
 		fmt.Fprintln(w)

@@ -51,7 +51,7 @@ func iscsiStateDir(t *testing.T, fixture string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := volume.Record{VolumeID: v.volumeID, Context: c, AccessType: volume.AccessMount, FSType: "ext4",
+		r := volume.Record{VolumeID: v.volumeID, State: volume.StateStaged, Context: c, AccessType: volume.AccessMount, FSType: "ext4",
 			StagingPath: "/staging/" + v.volumeID, Device: v.device, StagedAt: diagnoseNow}
 		if err := store.Put(r); err != nil {
 			t.Fatal(err)

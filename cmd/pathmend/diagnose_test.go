@@ -60,7 +60,7 @@ func stateDir(t *testing.T, fixture string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := volume.Record{VolumeID: v.VolumeID, Context: c, AccessType: volume.AccessBlock, StagingPath: "/staging/" + v.VolumeID, Device: "/dev/nvme0n1", StagedAt: diagnoseNow}
+		r := volume.Record{VolumeID: v.VolumeID, State: volume.StateStaged, Context: c, AccessType: volume.AccessBlock, StagingPath: "/staging/" + v.VolumeID, Device: "/dev/nvme0n1", StagedAt: diagnoseNow}
 		if err := store.Put(r); err != nil {
 			t.Fatal(err)
 		}
@@ -164,17 +164,11 @@ func TestDiagnose_Errors(t *testing.T) {
 	if err := f.Materialize(broken, diagnoseNow); err != nil {
 		t.Fatal(err)
 	}
-	// A state dir holding a corrupt record.
-	corrupt := stateDir(t, "nvme-healthy")
-	if err := os.WriteFile(filepath.Join(corrupt, "volumes", "vol-0123456789abcdef0123456789abcdef.json"), []byte("{"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		args   []string
 		stderr string
 	}{
 		{[]string{"--sys-root", broken}, "read class/nvme/nvme1/state"},
-		{[]string{"--sys-root", sysRoot(t, "nvme-healthy"), "--state-dir", corrupt}, "vol-0123456789abcdef0123456789abcdef.json"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"--sys-root", broken, "extra"}, "unexpected arguments"},
 	} {
@@ -185,6 +179,45 @@ func TestDiagnose_Errors(t *testing.T) {
 	}
 	if code, _, _ := runDiagnoseAt("-h"); code != 0 {
 		t.Errorf("-h: exit %d", code)
+	}
+}
+
+// TestDiagnose_UnreadableRecords: a record that cannot be read does not
+// stop the diagnosis; it is listed with the target it may belong to (or
+// as blocking every target), in the table and the JSON, and the node is
+// not healthy. The other records still count.
+func TestDiagnose_UnreadableRecords(t *testing.T) {
+	state := stateDir(t, "nvme-healthy")
+	corrupt := filepath.Join(state, "volumes", "vol-0123456789abcdef0123456789abcdef.json")
+	if err := os.WriteFile(corrupt, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newer := filepath.Join(state, "volumes", "vol-fedcba9876543210fedcba9876543210.json")
+	if err := os.WriteFile(newer, []byte(`{"version": 99, "volumeID": "pv-new", "context": {"transport": "nvme-tcp", "nvme": {"nqn": "nqn.2024-01.io.pathmend.lab:healthy-b"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--sys-root", sysRoot(t, "nvme-healthy"), "--state-dir", state}
+	code, out, errOut := runDiagnoseAt(args...)
+	if code != 1 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q; want 1", code, errOut)
+	}
+	for _, want := range []string{
+		"2 staged-volume record(s) cannot be read",
+		corrupt, "unknown: blocks every target", "corrupt: unexpected end of JSON input",
+		newer, "pv-new", "nvme-tcp nqn.2024-01.io.pathmend.lab:healthy-b", "written by a newer pathmend (version 99)",
+		"pv-a1", // the readable records still count
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = runDiagnoseAt(append(args, "--json")...)
+	var rep struct {
+		Healthy    bool
+		Unreadable []unreadableRep `json:"unreadableRecords"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Healthy || len(rep.Unreadable) != 2 {
+		t.Fatalf("json: exit %d, %+v, %v", code, rep, err)
 	}
 }
 

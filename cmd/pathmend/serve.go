@@ -10,10 +10,12 @@ import (
 	"time"
 
 	mount "k8s.io/mount-utils"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/iscsi/attach"
 	"github.com/pathmend/pathmend/pkg/metrics"
@@ -56,6 +58,8 @@ type serveConfig struct {
 	iscsiStuckThreshold   time.Duration
 	iscsidRestartCooldown time.Duration
 	noMultipathd          bool
+
+	intentTimeout time.Duration
 }
 
 func defaultServeConfig() serveConfig {
@@ -82,6 +86,8 @@ func defaultServeConfig() serveConfig {
 		iscsiHealScope:        string(iscsi.HealStaged),
 		iscsiStuckThreshold:   iscsi.DefaultThreshold,
 		iscsidRestartCooldown: iscsi.DefaultRestartCooldown,
+
+		intentTimeout: intent.DefaultTimeout,
 	}
 }
 
@@ -114,6 +120,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.iscsiStuckThreshold, "iscsi-stuck-threshold", c.iscsiStuckThreshold, "how long a session must be down with its portal continuously reachable before it is kicked")
 	fs.DurationVar(&c.iscsidRestartCooldown, "iscsid-restart-cooldown", c.iscsidRestartCooldown, "at most one iscsid restart per node in this window (remembered in the state dir across restarts of pathmend)")
 	fs.BoolVar(&c.noMultipathd, "no-multipathd", c.noMultipathd, "the node runs no multipathd: iSCSI attach uses one disk without waiting for a map")
+	fs.DurationVar(&c.intentTimeout, "intent-timeout", c.intentTimeout, "an attaching volume with no RPC in flight for this long, whose device nothing uses, is rolled back (detached, its record removed)")
 }
 
 // validate checks the flags that New does not see.
@@ -126,7 +133,8 @@ func (c serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--heal: %w", err))
 	}
 	for name, d := range map[string]time.Duration{"--shutdown-timeout": c.shutdownTimeout, "--monitor-interval": c.monitorInterval,
-		"--connect-timeout": c.connectTimeout, "--attach-timeout": c.attachTimeout, "--heal-grace": c.healGrace, "--heal-cooldown": c.healCooldown} {
+		"--connect-timeout": c.connectTimeout, "--attach-timeout": c.attachTimeout, "--heal-grace": c.healGrace, "--heal-cooldown": c.healCooldown,
+		"--intent-timeout": c.intentTimeout} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
@@ -187,10 +195,15 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	sys := sysfs.New(c.sysRoot)
+	clk := clock.RealClock{}
+	owner, err := intent.New(intent.Config{}, intent.Deps{Store: store, Clock: clk, Observer: m})
+	if err != nil {
+		return err
+	}
 	connector := fabrics.NewConnector(c.devRoot, sys)
 	nvmeAtt, err := nvme.NewAttacher(nvme.AttacherConfig{
-		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Policy: policy,
-		Records: store.List, AttachWait: c.attachTimeout, ConnectTimeout: c.connectTimeout,
+		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Policy: policy, Clock: clk,
+		AttachWait: c.attachTimeout, ConnectTimeout: c.connectTimeout,
 	})
 	if err != nil {
 		return err
@@ -209,22 +222,30 @@ func serve(ctx context.Context, c serveConfig) error {
 	healInit := stageInit.WithExec(m.CountingExec(ex))
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
 		Policy: policy, Scope: iscsi.HealScope(c.iscsiHealScope), Threshold: c.iscsiStuckThreshold,
-		RestartCooldown: c.iscsidRestartCooldown, Stamps: store,
+		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Targets: owner, Now: clk.Now,
 		Kicker: healInit, Prober: &iscsi.NetProber{},
 	})
 	if err != nil {
 		return err
 	}
 	iscsiAtt, err := attach.NewAttacher(attach.AttacherConfig{
-		Sys: sys, DevRoot: c.devRoot, Initiator: stageInit, Records: store, Clocks: healer, NoMultipathd: c.noMultipathd,
+		Sys: sys, DevRoot: c.devRoot, Initiator: stageInit, Clocks: healer, NoMultipathd: c.noMultipathd, Clock: clk,
+	})
+	if err != nil {
+		return err
+	}
+	mounter := mount.NewSafeFormatAndMount(mount.New(""), ex)
+	reconciler, err := intent.NewReconciler(intent.ReconcilerConfig{Timeout: c.intentTimeout, Observe: mode == heal.ModeObserve}, intent.ReconcilerDeps{
+		Owner: owner, Mounts: mounter, SysFS: sys, Clock: clk,
+		Detachers: map[volume.Transport]intent.Detacher{volume.TransportNVMeTCP: nvmeAtt, volume.TransportISCSI: iscsiAtt},
 	})
 	if err != nil {
 		return err
 	}
 	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
-		SysFS: sys, Records: store.List, Policy: policy, Connector: connector, Host: host,
-		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m,
-		Sessions: newSessionHeal(healer, sys, m),
+		SysFS: sys, Intents: owner, Reconciler: reconciler, Policy: policy, Connector: connector, Host: host,
+		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m, Clock: clk,
+		Sessions: newSessionHeal(healer, sys, m, clk),
 	})
 	if err != nil {
 		return err
@@ -241,14 +262,14 @@ func serve(ctx context.Context, c serveConfig) error {
 		KubeletRoot:       c.kubeletRoot,
 	}, driver.Deps{
 		SysFS:   sys,
-		Store:   store,
-		Mounter: mount.NewSafeFormatAndMount(mount.New(""), ex),
+		Intents: owner,
+		Mounter: mounter,
 		Exec:    ex,
 		Attachers: map[volume.Transport]driver.Attacher{
 			volume.TransportNVMeTCP: withMonitorNotes{Attacher: nvmeAtt, mon: mon},
 			volume.TransportISCSI:   iscsiAtt,
 		},
-		Now: time.Now,
+		Now: clk.Now,
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
@@ -31,14 +32,15 @@ type sessionHeal struct {
 	healer  *iscsi.SessionHealer
 	reader  *iscsi.Reader
 	metrics *metrics.Metrics
+	clock   clock.PassiveClock
 }
 
-func newSessionHeal(healer *iscsi.SessionHealer, sys sysfs.FS, m *metrics.Metrics) sessionHeal {
-	return sessionHeal{healer: healer, reader: iscsi.NewReader(sys), metrics: m}
+func newSessionHeal(healer *iscsi.SessionHealer, sys sysfs.FS, m *metrics.Metrics, clk clock.PassiveClock) sessionHeal {
+	return sessionHeal{healer: healer, reader: iscsi.NewReader(sys), metrics: m, clock: clk}
 }
 
 func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
-	snap, err := s.reader.Read(time.Now())
+	snap, err := s.reader.Read(s.clock.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
 		return

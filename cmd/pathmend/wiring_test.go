@@ -50,12 +50,12 @@ func TestSessionHeal_VerdictsCountLikeTheNVMeHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	s := newSessionHeal(healer, sysfs.New(sysRoot(t, "iscsi-session-free")), m)
+	s := newSessionHeal(healer, sysfs.New(sysRoot(t, "iscsi-session-free")), m, clk)
 	c, _, err := volume.Parse(map[string]string{"transport": "iscsi", "iqn": "iqn.2024-01.io.pathmend.lab:lost", "portals": labPortals, "lun": "0"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := []volume.Record{{VolumeID: "pv-lost", Context: c, Device: "/dev/sda"}}
+	recs := []volume.Record{{VolumeID: "pv-lost", State: volume.StateStaged, Context: c, Device: "/dev/sda"}}
 	ctx := context.Background()
 
 	s.Tick(ctx, recs, nil)

@@ -67,36 +67,54 @@ func (a *Attacher) file(volumeID string) (string, error) {
 	return f, nil
 }
 
+// loopCreated is the loop device one Attach set up.
+type loopCreated struct{ dev string }
+
+func (c loopCreated) String() string { return "loop device " + c.dev }
+
 // Attach returns the loop device of the volume's backing file, setting one
-// up if none exists.
-func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Device, error) {
+// up if none exists (then the attachment names it as created).
+func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Attachment, error) {
+	att := driver.Attachment{VolumeID: req.VolumeID, Context: req.Context}
 	file, err := a.file(req.VolumeID)
 	if err != nil {
-		return driver.Device{}, err
+		return att, err
 	}
 	dev, err := LoopOf(ctx, file)
 	if err != nil {
-		return driver.Device{}, err
+		return att, err
 	}
 	if dev == "" {
 		out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", file).Output()
 		if err != nil {
-			return driver.Device{}, fmt.Errorf("losetup %s: %w", file, exitErr(err))
+			return att, fmt.Errorf("losetup %s: %w", file, exitErr(err))
 		}
 		dev = strings.TrimSpace(string(out))
+		att.Created = loopCreated{dev: dev}
 	}
 	size, err := deviceSize(dev)
 	if err != nil {
-		return driver.Device{}, err
+		return att, err
 	}
 	a.mu.Lock()
 	a.Attaches++
 	a.mu.Unlock()
-	return driver.Device{Path: dev, SizeBytes: size}, nil
+	att.Device = driver.Device{Path: dev, SizeBytes: size}
+	return att, nil
 }
 
-// Detach removes the loop device of the volume, if any.
-func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
+// Undo removes the loop device Attach set up, if it did.
+func (a *Attacher) Undo(ctx context.Context, att driver.Attachment, _ volume.CoTenants) error {
+	c, ok := att.Created.(loopCreated)
+	if !ok {
+		return nil
+	}
+	return detachDevice(context.WithoutCancel(ctx), c.dev)
+}
+
+// Detach removes the loop device of the volume, if any. Loop devices are
+// never shared, so there are no co-tenants to spare.
+func (a *Attacher) Detach(ctx context.Context, rec volume.Record, _ volume.CoTenants) error {
 	file, err := a.file(rec.VolumeID)
 	if err != nil {
 		// The controller deleted the volume: detach by recorded device.

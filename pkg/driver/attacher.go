@@ -11,20 +11,34 @@ import (
 
 // Attacher makes the block device of one volume present on this node and
 // takes it away again. There is one Attacher per transport; the driver picks
-// it from the "transport" key of the volume context. Implementations must be
-// safe for concurrent use on different volumes; the driver never calls two
-// methods for the same volume at once.
+// it from the "transport" key of the volume context. Implementations keep
+// no intent of their own: the driver holds the target's lease of the
+// node's intent owner around Attach, Undo and Detach, and passes the
+// target's co-tenants in (every other record of the target, and the
+// record files that may be the target's but cannot be read). Health and
+// Expand run on a staged volume without the lease.
 type Attacher interface {
 	// Attach connects every path of the volume and returns its block
 	// device, verified to be the volume's (by identity, not by a name
-	// glob). Attach is idempotent: a volume already attached returns the
-	// same device. On error nothing the call created is left behind.
-	Attach(ctx context.Context, req AttachRequest) (Device, error)
+	// glob), and what this call created on the host. Attach is
+	// idempotent: a volume already attached returns the same device and
+	// creates nothing. On error the attachment still names what the call
+	// created; the caller removes it with Undo. A repair during the
+	// attach spares req.CoTenants and tears nothing down while
+	// req.CoTenants.Err is set.
+	Attach(ctx context.Context, req AttachRequest) (Attachment, error)
 
-	// Detach releases the paths of a staged volume that no other staged
-	// volume still needs. Detaching a volume that is not attached is not
-	// an error.
-	Detach(ctx context.Context, rec volume.Record) error
+	// Undo removes what one Attach created (a.Created) and nothing that
+	// existed before it, sparing what co uses. It returns an error when
+	// something it should remove stays (co.Err forbids any teardown, or a
+	// teardown failed): the caller then keeps the volume's attaching
+	// record, so a later NodeUnstage or the reconciliation finishes it.
+	Undo(ctx context.Context, a Attachment, co volume.CoTenants) error
+
+	// Detach releases the paths of a volume that no co-tenant uses. It
+	// tears nothing down while co.Err is set. Detaching a volume that is
+	// not attached is not an error.
+	Detach(ctx context.Context, rec volume.Record, co volume.CoTenants) error
 
 	// Expand makes the kernel re-read the size of the volume's device
 	// (a rescan) and returns the size in bytes the device has now.
@@ -40,6 +54,8 @@ type Attacher interface {
 type (
 	// AttachRequest is everything an Attacher needs to attach one volume.
 	AttachRequest = volume.AttachRequest
+	// Attachment is what one Attach made present and created.
+	Attachment = volume.Attachment
 	// Device is an attached, verified block device.
 	Device = volume.Device
 	// Condition is the path health of a staged volume.
@@ -72,9 +88,12 @@ func (n notBuilt) err() error {
 	}
 }
 
-func (n notBuilt) Attach(context.Context, AttachRequest) (Device, error) { return Device{}, n.err() }
-func (n notBuilt) Detach(context.Context, volume.Record) error           { return n.err() }
-func (n notBuilt) Expand(context.Context, volume.Record) (int64, error)  { return 0, n.err() }
+func (n notBuilt) Attach(_ context.Context, req AttachRequest) (Attachment, error) {
+	return Attachment{VolumeID: req.VolumeID, Context: req.Context}, n.err()
+}
+func (n notBuilt) Undo(context.Context, Attachment, volume.CoTenants) error      { return nil }
+func (n notBuilt) Detach(context.Context, volume.Record, volume.CoTenants) error { return n.err() }
+func (n notBuilt) Expand(context.Context, volume.Record) (int64, error)          { return 0, n.err() }
 func (n notBuilt) Health(context.Context, volume.Record) Condition {
 	return Condition{Status: Inaccessible, Reason: "TransportNotBuilt", Message: n.err().Error()}
 }

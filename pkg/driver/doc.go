@@ -3,24 +3,33 @@
 // It owns the gRPC surface: the door (door.go: every request held to the
 // CSI size limits and the path rules, --kubelet-root, before any handler),
 // argument checks, the one volume-context parser call (volume context and
-// publish context together), per-volume locks (a second RPC on a busy
-// volume is Aborted), the one error-to-status mapping (ToStatus) and the
-// logging interceptor with its redacted, bounded request dump
-// (redact.go). It owns
-// the node-side lifecycle of a volume: attach through the transport's
-// Attacher, format and mount at the staging path, bind mounts at target
-// paths, stats, condition and online expansion, and the staged-volume
-// record written through pkg/volume.
+// publish context together), the one error-to-status mapping (ToStatus)
+// and the logging interceptor with its redacted, bounded request dump
+// (redact.go). It owns the node-side lifecycle of a volume: attach through
+// the transport's Attacher, format and mount at the staging path, bind
+// mounts at target paths, stats, condition and online expansion.
+//
+// The node's intent is not its own: the intent owner (pkg/intent, shared
+// with the monitor and the iSCSI heal) admits one RPC per volume (a second
+// is Aborted), leases targets, and keeps the records. NodeStage writes an
+// attaching record under the target's lease before the first connect or
+// login and passes the target's co-tenants to the attach; NodeUnstage sets
+// the record detaching under the lease before the first teardown and
+// refuses (FailedPrecondition naming the file) while a record that may be
+// the target's cannot be read. docs/state.md has the state machine.
 //
 // It does not know how a transport attaches: the nvme-tcp and iscsi
 // Attachers are injected, chosen by the "transport" key of the volume
-// context. It keeps no state in memory beyond in-flight locks; everything a
-// restarted plugin needs comes from the records on disk and from the kernel.
+// context. It keeps no state in memory; everything a restarted plugin
+// needs comes from the records on disk and from the kernel.
 //
 // Invariants: every argument is validated before the host is touched; a
-// request over a CSI limit reaches no handler; a failed NodeStage leaves
-// nothing attached that it attached; NodeUnpublish and NodeUnstage unmount
-// only the volume's own mounts (owner.go); secrets, and the value of every
-// credential key in any map, never reach a log line or an error; no error
-// repeats more than 64 bytes of a caller's value or key.
+// request over a CSI limit reaches no handler; a failed NodeStage removes
+// what it created and nothing that existed before it (or keeps its
+// attaching record when it cannot); a record that says what may exist is
+// on disk whenever the kernel has something of a volume; NodeUnpublish and
+// NodeUnstage unmount only the volume's own mounts (owner.go); secrets,
+// and the value of every credential key in any map, never reach a log line
+// or an error; no error repeats more than 64 bytes of a caller's value or
+// key.
 package driver

@@ -213,7 +213,7 @@ func TestDoor_KubeletRoot(t *testing.T) {
 	cfg := testConfig("ext4")
 	cfg.KubeletRoot = root
 	deps := depsFor(t, env.attacher)
-	deps.Store = env.store
+	deps.Intents = ownerOf(t, env.store)
 	d, err := driver.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -47,8 +48,10 @@ type Config struct {
 type Deps struct {
 	// SysFS is the sysfs tree the node is read from.
 	SysFS sysfs.FS
-	// Store holds the staged-volume records.
-	Store *volume.Store
+	// Intents is the node's intent owner: it keeps the staged-volume
+	// records, admits one operation per volume and leases targets. The
+	// monitor and the iSCSI heal share it.
+	Intents *intent.Owner
 	// Mounter formats and mounts; its Exec runs mkfs, fsck and blkid.
 	Mounter *mount.SafeFormatAndMount
 	// Exec runs the filesystem resize tools.
@@ -103,8 +106,8 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if deps.SysFS.Root() == "" {
 		errs = append(errs, errors.New("sysfs root is not set"))
 	}
-	if deps.Store == nil {
-		errs = append(errs, errors.New("volume record store is not set"))
+	if deps.Intents == nil {
+		errs = append(errs, errors.New("intent owner is not set"))
 	}
 	if deps.Mounter == nil || deps.Mounter.Interface == nil || deps.Mounter.Exec == nil {
 		errs = append(errs, errors.New("mounter is not set"))
@@ -135,7 +138,7 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Driver{cfg: cfg, deps: deps, locks: newVolumeLocks()}, nil
+	return &Driver{cfg: cfg, deps: deps, locks: &volumeLocks{owner: deps.Intents}}, nil
 }
 
 // attacher returns the Attacher of transport t.

@@ -81,6 +81,12 @@ func ToStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	// A record that cannot be read, or a teardown it blocks, is the
+	// node's state, not a bug: the operator fixes or removes the file
+	// (docs/state.md), and the CO retries.
+	if errors.Is(err, volume.ErrUnreadableRecord) || errors.Is(err, volume.ErrTeardownBlocked) {
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
 	var ce *codedError
 	var fe *volume.FieldError
 	switch {

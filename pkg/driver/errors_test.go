@@ -55,7 +55,7 @@ func TestNotBuiltRefusesEveryCall(t *testing.T) {
 	if _, err := a.Expand(context.Background(), volume.Record{}); err == nil {
 		t.Error("Expand succeeded")
 	}
-	if err := a.Detach(context.Background(), volume.Record{}); err == nil {
+	if err := a.Detach(context.Background(), volume.Record{}, volume.CoTenants{}); err == nil {
 		t.Error("Detach succeeded")
 	}
 }

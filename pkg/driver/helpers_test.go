@@ -20,6 +20,7 @@ import (
 	"github.com/pathmend/pathmend/internal/testneed"
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -53,6 +54,16 @@ func testConfig(defaultFS string) driver.Config {
 	}
 }
 
+// ownerOf is an intent owner over store.
+func ownerOf(t *testing.T, store *volume.Store) *intent.Owner {
+	t.Helper()
+	o, err := intent.New(intent.Config{}, intent.Deps{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 func newTestEnv(t *testing.T, dir, defaultFS string) *testEnv {
 	t.Helper()
 	store, err := volume.NewStore(filepath.Join(dir, "state"))
@@ -68,7 +79,7 @@ func newTestEnv(t *testing.T, dir, defaultFS string) *testEnv {
 	att := looptest.NewAttacher()
 	d, err := driver.New(testConfig(defaultFS), driver.Deps{
 		SysFS:   sysfs.New(t.TempDir()),
-		Store:   store,
+		Intents: ownerOf(t, store),
 		Mounter: m,
 		Exec:    ex,
 		Attachers: map[volume.Transport]driver.Attacher{
@@ -135,7 +146,8 @@ func (f *fakeAttacher) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeAttacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Device, error) {
+func (f *fakeAttacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Attachment, error) {
+	a := driver.Attachment{VolumeID: req.VolumeID, Context: req.Context}
 	f.record("attach " + req.VolumeID)
 	f.mu.Lock()
 	f.secrets = append(f.secrets, req.Secrets)
@@ -147,16 +159,22 @@ func (f *fakeAttacher) Attach(ctx context.Context, req driver.AttachRequest) (dr
 		select {
 		case <-f.release:
 		case <-ctx.Done():
-			return driver.Device{}, ctx.Err()
+			return a, ctx.Err()
 		}
 	}
 	if f.err != nil {
-		return driver.Device{}, f.err
+		return a, f.err
 	}
-	return driver.Device{Path: f.device, SizeBytes: 1 << 20}, nil
+	a.Device = driver.Device{Path: f.device, SizeBytes: 1 << 20}
+	return a, nil
 }
 
-func (f *fakeAttacher) Detach(_ context.Context, rec volume.Record) error {
+func (f *fakeAttacher) Undo(_ context.Context, a driver.Attachment, _ volume.CoTenants) error {
+	f.record("undo " + a.VolumeID)
+	return nil
+}
+
+func (f *fakeAttacher) Detach(_ context.Context, rec volume.Record, _ volume.CoTenants) error {
 	f.record("detach " + rec.VolumeID)
 	return nil
 }
@@ -191,7 +209,7 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	fm := mount.NewFakeMounter(nil)
 	d, err := driver.New(testConfig("ext4"), driver.Deps{
 		SysFS:   sysfs.New(dir),
-		Store:   store,
+		Intents: ownerOf(t, store),
 		Mounter: mount.NewSafeFormatAndMount(fm, utilexec.New()),
 		Exec:    utilexec.New(),
 		Attachers: map[volume.Transport]driver.Attacher{

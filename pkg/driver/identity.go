@@ -39,8 +39,8 @@ func (d *Driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, 
 		klog.ErrorS(err, "Probe: sysfs root is not readable", "sysRoot", d.deps.SysFS.Root())
 		ready = false
 	}
-	if err := d.deps.Store.Writable(); err != nil {
-		klog.ErrorS(err, "Probe: state dir is not writable", "stateDir", d.deps.Store.Dir())
+	if err := d.deps.Intents.Writable(); err != nil {
+		klog.ErrorS(err, "Probe: state dir is not writable")
 		ready = false
 	}
 	return &csi.ProbeResponse{Ready: wrapperspb.Bool(ready)}, nil

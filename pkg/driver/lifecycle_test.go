@@ -281,7 +281,7 @@ func TestStage_RecordedButNotInPlaceRestages(t *testing.T) {
 	if err := env.mounter.Unmount(staging); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.attacher.Detach(ctx, rec); err != nil {
+	if err := env.attacher.Detach(ctx, rec, volume.CoTenants{}); err != nil {
 		t.Fatal(err)
 	}
 	ok(t)(env.driver.NodeStageVolume(ctx, req))

@@ -46,7 +46,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if volumeID == "" {
 		return nil, invalidArgument("volume_id is required")
 	}
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	switch {
 	case errors.Is(err, volume.ErrNotFound):
 		return nil, notFound("volume %s is not staged on this node", volumeID)
@@ -74,10 +74,11 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 // degraded or unreachable from here. One entry per (status, reason), its
 // message naming the backends and volumes affected.
 func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
-	recs, err := d.deps.Store.List()
-	if err != nil && len(recs) == 0 {
+	l, err := d.deps.Intents.Scan()
+	if err != nil {
 		return nil, internal(err, "list staged volumes")
 	}
+	recs := l.Records
 	type key struct {
 		status csi.StorageHealthErrorType
 		reason string

@@ -46,12 +46,14 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	defer release()
 
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	switch {
 	case errors.Is(err, volume.ErrNotFound):
 		return nil, failedPrecondition("volume %s is not staged on this node", volumeID)
 	case err != nil:
 		return nil, internal(err, "read record of volume %s", volumeID)
+	case rec.State != volume.StateStaged:
+		return nil, failedPrecondition("volume %s is not staged on this node: its record is %s", volumeID, rec.State)
 	}
 	if rec.StagingPath != staging {
 		return nil, failedPrecondition("volume %s is staged at %s, not %s", volumeID, rec.StagingPath, staging)
@@ -101,7 +103,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	} else {
 		rec.Publications = append(rec.Publications, volume.Publication{TargetPath: target, ReadOnly: readOnly})
 	}
-	if err := d.deps.Store.Put(rec); err != nil {
+	if err := d.deps.Intents.Update(rec); err != nil {
 		if uerr := d.deps.Mounter.Unmount(target); uerr != nil {
 			klog.ErrorS(uerr, "Rollback: unmount target path failed", "volumeID", volumeID, "targetPath", target)
 		}
@@ -156,7 +158,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	}
 	defer release()
 
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	hasRecord := err == nil
 	if err != nil && !errors.Is(err, volume.ErrNotFound) {
 		return nil, internal(err, "read record of volume %s", volumeID)
@@ -171,7 +173,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	before := len(rec.Publications)
 	rec.Publications = slices.DeleteFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == target })
 	if len(rec.Publications) != before {
-		if err := d.deps.Store.Put(rec); err != nil {
+		if err := d.deps.Intents.Update(rec); err != nil {
 			return nil, internal(err, "record unpublication of volume %s", volumeID)
 		}
 	}

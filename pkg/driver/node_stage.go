@@ -11,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
 
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -19,8 +20,13 @@ import (
 const maxUnmountLayers = 8
 
 // NodeStageVolume attaches the volume and, for filesystem access, formats
-// it if blank and mounts it at the staging path; then records the staged
-// volume on disk. Every argument is validated before the host is touched.
+// it if blank and mounts it at the staging path. Every argument is
+// validated before the host is touched. Intent is durable first: under the
+// target's lease an attaching record is written before the first connect
+// or login, so a crash at any later point leaves a record that says what
+// may exist; the record becomes staged when the stage succeeded. A stage
+// of a volume whose record is attaching (an earlier stage was interrupted)
+// or detaching resumes it.
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
 	staging, err := volumeAndPath(volumeID, "staging_target_path", req.GetStagingTargetPath())
@@ -58,69 +64,163 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		ReadOnly:    vc.readOnly,
 	}
 
-	prev, err := d.deps.Store.Get(volumeID)
+	prev, err := d.deps.Intents.Get(volumeID)
 	hadRecord := err == nil
+	// wasStaged: the CO was told this volume is staged; a failed restage
+	// leaves it as it was.
+	wasStaged := hadRecord && prev.State == volume.StateStaged
 	switch {
 	case hadRecord:
 		if why := stageConflict(prev, want); why != "" {
-			return nil, alreadyExists("volume %s is already staged with different arguments: %s", volumeID, why)
+			return nil, alreadyExists("volume %s is already %s with different arguments: %s", volumeID, prev.State, why)
 		}
-		inPlace, err := d.stagedInPlace(prev)
-		if err != nil {
-			return nil, internal(err, "check staged volume %s", volumeID)
+		if wasStaged {
+			inPlace, err := d.stagedInPlace(prev)
+			if err != nil {
+				return nil, internal(err, "check staged volume %s", volumeID)
+			}
+			if inPlace {
+				klog.V(4).InfoS("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
+				return &csi.NodeStageVolumeResponse{}, nil
+			}
+			// Recorded but no longer in place (a node reboot drops mounts
+			// and connections): stage it again; the record stays staged.
+			klog.V(2).InfoS("Restaging recorded volume that is no longer in place", "volumeID", volumeID, "stagingPath", staging)
+		} else {
+			klog.V(2).InfoS("Resuming an interrupted intent", "volumeID", volumeID, "state", prev.State, "since", prev.StateSince)
 		}
-		if inPlace {
-			klog.V(4).InfoS("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
-			return &csi.NodeStageVolumeResponse{}, nil
-		}
-		// Recorded but no longer in place (a node reboot drops mounts and
-		// connections): stage it again; the record is rewritten below.
-		klog.V(2).InfoS("Restaging recorded volume that is no longer in place", "volumeID", volumeID, "stagingPath", staging)
 	case errors.Is(err, volume.ErrNotFound):
 	default:
 		return nil, internal(err, "read record of volume %s", volumeID)
 	}
 
-	dev, err := att.Attach(ctx, AttachRequest{VolumeID: volumeID, Context: vctx, Secrets: secrets, ReadOnly: vc.readOnly})
+	a, err := d.attach(ctx, att, want, secrets, hadRecord, wasStaged)
 	if err != nil {
-		return nil, fmt.Errorf("attach volume %s: %w", volumeID, err)
+		return nil, err
 	}
-	klog.V(2).InfoS("Attached volume", "volumeID", volumeID, "transport", vctx.Transport, "device", dev.Path, "sizeBytes", dev.SizeBytes)
-	want.Device = dev.Path
+	want.Device, want.DevNum = a.Device.Path, a.Device.Number
 
-	// rollback undoes this call's attach when a later step fails, so a
-	// failed NodeStage leaves no half-attached volume behind. A volume that
-	// had a record stays attached: it was staged before this call.
-	rollback := func(mounted bool) {
+	// The target's lease is not held across format and mount (a mkfs may
+	// take minutes): the attaching record protects the volume as a
+	// co-tenant meanwhile. A failure undoes what this call created,
+	// under the lease again.
+	fail := func(err error, mounted bool) error {
 		if mounted {
-			if err := d.deps.Mounter.Unmount(staging); err != nil {
-				klog.ErrorS(err, "Rollback: unmount staging path failed", "volumeID", volumeID, "stagingPath", staging)
+			if uerr := d.deps.Mounter.Unmount(staging); uerr != nil {
+				klog.ErrorS(uerr, "Rollback: unmount staging path failed", "volumeID", volumeID, "stagingPath", staging)
 			}
 		}
-		if hadRecord {
-			return
+		if !wasStaged {
+			d.undo(ctx, att, a, hadRecord)
 		}
-		if err := att.Detach(context.WithoutCancel(ctx), want); err != nil {
-			klog.ErrorS(err, "Rollback: detach failed", "volumeID", volumeID)
-		}
+		return err
 	}
-
 	mountedNow := false
 	if vc.access == volume.AccessMount {
 		mountedNow, err = d.mountStaging(want)
 		if err != nil {
-			rollback(false)
-			return nil, err
+			return nil, fail(err, false)
 		}
 	}
 
+	want.State = volume.StateStaged
 	want.StagedAt = d.deps.Now().UTC()
-	if err := d.deps.Store.Put(want); err != nil {
-		rollback(mountedNow)
-		return nil, internal(err, "record staged volume %s", volumeID)
+	if err := d.deps.Intents.Update(want); err != nil {
+		return nil, fail(internal(err, "record staged volume %s", volumeID), mountedNow)
 	}
-	klog.V(2).InfoS("Staged volume", "volumeID", volumeID, "stagingPath", staging, "accessType", vc.access, "fsType", vc.fsType, "device", dev.Path)
+	klog.V(2).InfoS("Staged volume", "volumeID", volumeID, "stagingPath", staging, "accessType", vc.access, "fsType", vc.fsType, "device", want.Device)
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// attach runs the attach under the target's lease: it writes the
+// attaching record first (unless the volume is staged already: a staged
+// record protects it as well), attaches with the target's co-tenants, and
+// records the device in the attaching record. A failed attach is undone
+// here; the record goes only when everything the call created went too.
+func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, secrets volume.Secrets, hadRecord, wasStaged bool) (Attachment, error) {
+	volumeID := want.VolumeID
+	lease, err := d.deps.Intents.Lock(ctx, want.Target(), "NodeStageVolume "+volumeID)
+	if err != nil {
+		return Attachment{}, err
+	}
+	defer lease.Unlock()
+	co, err := lease.CoTenants(volumeID)
+	if err != nil {
+		return Attachment{}, internal(err, "read co-tenants of volume %s", volumeID)
+	}
+	if !wasStaged {
+		want.State = volume.StateAttaching
+		if err := lease.Put(want); err != nil {
+			return Attachment{}, internal(err, "record intent to attach volume %s", volumeID)
+		}
+	}
+	a, err := att.Attach(ctx, AttachRequest{VolumeID: volumeID, Context: want.Context, Secrets: secrets, ReadOnly: want.ReadOnly, CoTenants: co})
+	if err != nil {
+		err = fmt.Errorf("attach volume %s: %w", volumeID, err)
+		if wasStaged {
+			return a, err
+		}
+		if uerr := att.Undo(ctx, a, co); uerr != nil {
+			klog.ErrorS(uerr, "Failed attach: keeping its attaching record until what it created is removed", "volumeID", volumeID, "created", createdString(a))
+			return a, err
+		}
+		if !hadRecord {
+			if derr := lease.Delete(volumeID); derr != nil {
+				klog.ErrorS(derr, "Failed attach: could not remove its attaching record", "volumeID", volumeID)
+			}
+		}
+		return a, err
+	}
+	klog.V(2).InfoS("Attached volume", "volumeID", volumeID, "transport", want.Context.Transport, "device", a.Device.Path, "sizeBytes", a.Device.SizeBytes, "created", createdString(a))
+	if !wasStaged {
+		want.Device, want.DevNum = a.Device.Path, a.Device.Number
+		if err := lease.Put(want); err != nil {
+			// The attaching record without a device still says what may
+			// exist; undo now rather than mount a device nobody recorded.
+			d.undoLocked(ctx, att, a, co, lease, hadRecord)
+			return a, internal(err, "record device of volume %s", volumeID)
+		}
+	}
+	return a, nil
+}
+
+// undo removes what a's attach created after a later step failed, under
+// the target's lease again, and the attaching record when everything
+// went (and there was no record before the call).
+func (d *Driver) undo(ctx context.Context, att Attacher, a Attachment, hadRecord bool) {
+	ctx = context.WithoutCancel(ctx)
+	lease, err := d.deps.Intents.Lock(ctx, a.Context.Target(), "NodeStageVolume rollback "+a.VolumeID)
+	if err != nil {
+		klog.ErrorS(err, "Rollback: cannot take the target; keeping the attaching record", "volumeID", a.VolumeID)
+		return
+	}
+	defer lease.Unlock()
+	co, err := lease.CoTenants(a.VolumeID)
+	if err != nil {
+		klog.ErrorS(err, "Rollback: cannot read co-tenants; keeping the attaching record", "volumeID", a.VolumeID)
+		return
+	}
+	d.undoLocked(ctx, att, a, co, lease, hadRecord)
+}
+
+func (d *Driver) undoLocked(ctx context.Context, att Attacher, a Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord bool) {
+	if err := att.Undo(ctx, a, co); err != nil {
+		klog.ErrorS(err, "Rollback: keeping the attaching record until what the stage created is removed", "volumeID", a.VolumeID, "created", createdString(a))
+		return
+	}
+	if hadRecord {
+		return // an earlier attempt may have created more: NodeUnstage or the reconciliation finishes it
+	}
+	if err := lease.Delete(a.VolumeID); err != nil {
+		klog.ErrorS(err, "Rollback: could not remove the attaching record", "volumeID", a.VolumeID)
+	}
+}
+
+func createdString(a Attachment) string {
+	if a.Created == nil {
+		return ""
+	}
+	return a.Created.String()
 }
 
 // mountStaging formats the device if it holds no filesystem and mounts it
@@ -210,6 +310,11 @@ func stageConflict(rec, want volume.Record) string {
 // removes its record. A volume that is not staged is not an error, unless
 // something is mounted at the staging path: without a record pathmend
 // cannot tell that mount is the volume's, so it refuses and leaves it.
+// Under the target's lease the record is set detaching before the first
+// teardown, and the detach spares every other record of the target; while
+// a record that may be the target's cannot be read, nothing is torn down
+// and the call fails naming the file. It finishes a volume whose record
+// is attaching (an interrupted stage) or detaching the same way.
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
 	staging, err := volumeAndPath(volumeID, "staging_target_path", req.GetStagingTargetPath())
@@ -222,7 +327,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	defer release()
 
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	hasRecord := err == nil
 	if err != nil && !errors.Is(err, volume.ErrNotFound) {
 		return nil, internal(err, "read record of volume %s", volumeID)
@@ -252,10 +357,28 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err != nil {
 		return nil, err
 	}
-	if err := att.Detach(ctx, rec); err != nil {
+	lease, err := d.deps.Intents.Lock(ctx, rec.Target(), "NodeUnstageVolume "+volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer lease.Unlock()
+	co, err := lease.CoTenants(volumeID)
+	if err != nil {
+		return nil, internal(err, "read co-tenants of volume %s", volumeID)
+	}
+	if err := co.Err(); err != nil {
 		return nil, fmt.Errorf("detach volume %s: %w", volumeID, err)
 	}
-	if err := d.deps.Store.Delete(volumeID); err != nil {
+	if rec.State != volume.StateDetaching {
+		rec.State = volume.StateDetaching
+		if err := lease.Put(rec); err != nil {
+			return nil, internal(err, "record intent to detach volume %s", volumeID)
+		}
+	}
+	if err := att.Detach(ctx, rec, co); err != nil {
+		return nil, fmt.Errorf("detach volume %s: %w", volumeID, err)
+	}
+	if err := lease.Delete(volumeID); err != nil {
 		return nil, internal(err, "remove record of volume %s", volumeID)
 	}
 	klog.V(2).InfoS("Unstaged volume", "volumeID", volumeID, "stagingPath", staging, "device", rec.Device)

@@ -48,7 +48,7 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 // lookupVolumeAt returns the record of a volume staged or published at
 // path, or NotFound.
 func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileInfo, error) {
-	rec, err := d.deps.Store.Get(volumeID)
+	rec, err := d.deps.Intents.Get(volumeID)
 	switch {
 	case errors.Is(err, volume.ErrNotFound):
 		return volume.Record{}, nil, notFound("volume %s is not staged on this node", volumeID)

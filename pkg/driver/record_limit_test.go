@@ -83,9 +83,12 @@ func TestRecord_BiggestAcceptedRequestRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the parser refuses the biggest context: %v", err)
 	}
+	// The longest state and the largest device number the kernel hands
+	// out (12-bit major, 20-bit minor).
 	rec := volume.Record{
-		VolumeID: stage.GetVolumeId(), Context: c, StagingPath: stage.GetStagingTargetPath(),
-		AccessType: volume.AccessMount, FSType: "ext4", MountFlags: flags, Device: "/dev/nvme0n1",
+		VolumeID: stage.GetVolumeId(), State: volume.StateDetaching, StateSince: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC),
+		Context: c, StagingPath: stage.GetStagingTargetPath(),
+		AccessType: volume.AccessMount, FSType: "ext4", MountFlags: flags, Device: "/dev/nvme0n1", DevNum: "4095:1048575",
 		StagedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC),
 	}
 	for i := range volume.MaxPublications {

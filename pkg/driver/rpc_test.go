@@ -268,7 +268,7 @@ func depsFor(t *testing.T, a driver.Attacher) driver.Deps {
 	env := newFakeEnv(t)
 	return driver.Deps{
 		SysFS:     sysfs.New(env.dir),
-		Store:     env.store,
+		Intents:   ownerOf(t, env.store),
 		Mounter:   env.driver2Mounter(),
 		Exec:      execNew(),
 		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: a, volume.TransportISCSI: a},
@@ -278,7 +278,7 @@ func depsFor(t *testing.T, a driver.Attacher) driver.Deps {
 func newDriverWith(t *testing.T, fs sysfs.FS, store *volume.Store, a driver.Attacher) *driver.Driver {
 	t.Helper()
 	deps := depsFor(t, a)
-	deps.SysFS, deps.Store = fs, store
+	deps.SysFS, deps.Intents = fs, ownerOf(t, store)
 	d, err := driver.New(testConfig("ext4"), deps)
 	if err != nil {
 		t.Fatal(err)

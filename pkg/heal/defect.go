@@ -103,4 +103,8 @@ type Defect struct {
 	Volumes []string `json:"volumes,omitempty"`
 	// Detail explains the evidence in one sentence.
 	Detail string `json:"detail"`
+	// Blocked, when set, is why the owner of the node's intent forbids
+	// any teardown of the defect's target now (a record that may be one
+	// of its volumes cannot be read). Policy refuses the defect with it.
+	Blocked string `json:"blocked,omitempty"`
 }

@@ -176,10 +176,16 @@ func (p *Policy) Heal(ctx context.Context, defects []Defect, r Repairer) []Outco
 	return out
 }
 
-// decide applies the rules in order: scope cap, co-tenant gate, cooldown,
-// grace. An allowed defect comes back with Verdict Repaired (not yet run).
+// decide applies the rules in order: a teardown the intent owner blocks,
+// scope cap, co-tenant gate, cooldown, grace. An allowed defect comes back
+// with Verdict Repaired (not yet run).
 func (p *Policy) decide(d Defect) Outcome {
 	now := p.cfg.Now()
+	if d.Blocked != "" {
+		// No kind is exempt: an unreadable record may be a volume whose
+		// namespace has not appeared yet.
+		return Outcome{Defect: d, Verdict: Refused, Class: ClassUnreadableRecord, Reason: "unreadable record: " + d.Blocked}
+	}
 	if d.Scope > p.cfg.MaxScope {
 		return Outcome{Defect: d, Verdict: Refused, Class: ClassScopeCap, Reason: fmt.Sprintf("scope %s exceeds the cap %s", d.Scope, p.cfg.MaxScope)}
 	}

@@ -167,6 +167,26 @@ func TestHeal_NoNamespaceIsNotGatedOnCoTenants(t *testing.T) {
 	}
 }
 
+// TestHeal_RefusesWhatTheIntentOwnerBlocks: while a record that may be a
+// volume of the defect's target cannot be read, no kind is repaired, not
+// even NoNamespace (the unreadable record may be a volume whose namespace
+// has not appeared yet).
+func TestHeal_RefusesWhatTheIntentOwnerBlocks(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	p := newPolicy(t, ModeRepair, clk)
+	r := &recorder{}
+	d := Defect{Kind: NoNamespace, Scope: ScopeSubsystem, Key: "nqn.2014-08.io.example:empty",
+		Teardown: []Path{{Name: "nvme0", State: "live"}},
+		Blocked:  "staged-volume record /state/volumes/vol-x.json: written by a newer pathmend (version 3)"}
+	out := p.Heal(context.Background(), []Defect{d}, r)
+	if out[0].Verdict != Refused || !strings.HasPrefix(out[0].Reason, "unreadable record: staged-volume record /state/volumes/vol-x.json") {
+		t.Fatalf("outcome = %+v", out[0])
+	}
+	if len(r.calls) != 0 {
+		t.Errorf("teardown ran: %v", r.calls)
+	}
+}
+
 func TestHeal_ObserveTearsNothingDown(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeObserve, clk)

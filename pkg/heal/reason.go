@@ -29,6 +29,10 @@ const (
 	ClassTornDown Class = "torn_down"
 	// ClassTeardownFailed: failed, the teardown returned an error.
 	ClassTeardownFailed Class = "teardown_failed"
+	// ClassUnreadableRecord: refused, a staged-volume record that may be
+	// a volume of the target cannot be read: nothing of the target is
+	// torn down until it is readable or removed (docs/state.md).
+	ClassUnreadableRecord Class = "unreadable_record"
 )
 
 // The iSCSI session heal's own classes (pkg/iscsi).
@@ -62,6 +66,12 @@ const (
 	// ClassKickFailed: failed, the login, logout or restart command
 	// failed.
 	ClassKickFailed Class = "kick_failed"
+	// ClassTargetBusy: deferred, an attach, a detach or another job holds
+	// the target's lease; the kick is decided again next tick.
+	ClassTargetBusy Class = "target_busy"
+	// ClassNotWanted: refused, under the target's lease no staged volume
+	// wants the session any more (its volume is detaching or unstaged).
+	ClassNotWanted Class = "not_wanted"
 )
 
 // classes is every Class with its meaning in one line (the order the docs
@@ -77,6 +87,7 @@ var classes = []struct {
 	{ClassObserveMode, "observed: --heal=observe; the repair would run"},
 	{ClassTornDown, "repaired: the teardown ran"},
 	{ClassTeardownFailed, "failed: the teardown returned an error"},
+	{ClassUnreadableRecord, "refused: a staged-volume record that may be the target's cannot be read; nothing of the target is torn down"},
 	{ClassOutOfScope, "refused: no staged volume uses the session's target (--heal-iscsi-scope=staged)"},
 	{ClassLoginRejected, "refused: the target rejected pathmend's own login; kicking again cannot help"},
 	{ClassPortalUnreachable, "refused: the portal does not answer; iscsid retries by itself"},
@@ -87,6 +98,8 @@ var classes = []struct {
 	{ClassLoggedIn, "repaired: the kicked session is LOGGED_IN again"},
 	{ClassNotLoggedIn, "failed: the kicked session was not LOGGED_IN within the verify window"},
 	{ClassKickFailed, "failed: the login, logout or iscsid restart command failed"},
+	{ClassTargetBusy, "deferred: an attach, a detach or another job holds the target; decided again next tick"},
+	{ClassNotWanted, "refused: no staged volume wants the session any more (detaching or unstaged)"},
 }
 
 // Classes returns every Class, in documentation order.

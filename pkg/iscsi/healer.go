@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -74,6 +75,14 @@ type Kicker interface {
 	RestartDaemon(ctx context.Context) error
 }
 
+// TargetJobs runs a kick with the lease of its target (*intent.Owner):
+// never during an attach, a detach or another actor's work on the target,
+// never waiting for a busy one, and off the tick (through the owner's
+// runner), so a 47-second login on one target delays no other.
+type TargetJobs interface {
+	Go(ctx context.Context, t volume.Target, holder string, job func(context.Context, *intent.Lease)) (started bool, busy string)
+}
+
 // Stamps remembers node-wide times across restarts of the process;
 // *volume.Store implements it in the state directory.
 type Stamps interface {
@@ -118,6 +127,12 @@ type HealerConfig struct {
 	// Stamps, when set, keeps the time of the last iscsid restart, so the
 	// restart budget survives a restart of pathmend.
 	Stamps Stamps
+	// Targets, when set, runs each login and relogin as a job with its
+	// target's lease; the job re-reads the target's records under it and
+	// does not log a portal back in that no staged volume lists any more
+	// (a volume detaching or gone). Its outcome is read by a later tick.
+	// Without it kicks run inside Tick.
+	Targets TargetJobs
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -179,6 +194,11 @@ type SessionHealer struct {
 	gate     *heal.LogGate
 	pending  map[string]pending // node key → kick awaiting LOGGED_IN
 	rejected map[string]error   // node key → the target's login rejection
+
+	// results are the outcomes of kicks run as target jobs, read by the
+	// next Tick; resMu guards them (a job never takes mu).
+	resMu   sync.Mutex
+	results []kickResult
 }
 
 // cooldowns holds the login and relogin cooldowns: the Policy's table, or
@@ -295,8 +315,10 @@ func (h *SessionHealer) Tick(ctx context.Context, snap *Snapshot, records []volu
 	m := NewPortalMatcher(ctx, h.cfg.Resolver)
 	reports := h.observe(ctx, m, snap, recs)
 	h.probe(ctx, reports)
+	h.readResults(reports)
 	h.resolvePending(reports)
 	h.decide(ctx, snap, recs, recordsErr == nil, reports)
+	h.readResults(reports) // kicks a synchronous runner ran already
 	h.sweep(reports)
 
 	out := make([]Report, len(reports))
@@ -338,6 +360,19 @@ func (h *SessionHealer) sweep(reports []*Report) {
 }
 
 func sessionKey(id SessionID) string { return "sid:" + strconv.Itoa(int(id)) }
+
+// stagedOnly keeps the records in state staged: the volumes whose absent
+// portals the heal logs in (an attaching one is being logged in by its
+// NodeStage, a detaching one was logged out on purpose).
+func stagedOnly(recs []volume.Record) []volume.Record {
+	var out []volume.Record
+	for _, r := range recs {
+		if r.State == volume.StateStaged {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // iscsiRecords keeps the staged volumes of transport iscsi.
 func iscsiRecords(records []volume.Record) []volume.Record {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -115,12 +116,47 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 	r.Verdict, r.Reason = heal.Repaired, why
 }
 
-// kick runs a login or a logout + login for one report.
+// kick runs a login or a logout + login for one report: inside the tick
+// without Targets, else as a job with the target's lease whose outcome a
+// later readResults settles.
 func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 	klog.FromContext(ctx).V(2).Info("Kicking iSCSI session", "session", r.Session.String(), "target", r.Node.Target, "portal", r.Node.Portal.String(), "kick", r.Kick)
-	// The cooldown starts whether the kick works or not: a failing kick
-	// must not be repeated every tick.
+	if h.cfg.Targets == nil {
+		// The cooldown starts whether the kick works or not: a failing
+		// kick must not be repeated every tick.
+		h.kicked.Mark(r.Node.HealKey())
+		err := h.runKick(ctx, *r)
+		h.noteRejection(r.Node, err)
+		h.settle(r, err)
+		return
+	}
+	t := volume.Target{Transport: volume.TransportISCSI, Name: r.Node.Target}
+	kr := *r
+	started, busy := h.cfg.Targets.Go(ctx, t, "iSCSI session heal", func(ctx context.Context, lease *intent.Lease) {
+		res := kickResult{key: kr.Node.key(), node: kr.Node}
+		if why := stillWanted(ctx, h.cfg.Resolver, lease, kr); why != "" {
+			res.skipped = why
+		} else {
+			res.err = h.runKick(ctx, kr)
+		}
+		h.resMu.Lock()
+		h.results = append(h.results, res)
+		h.resMu.Unlock()
+	})
+	if !started {
+		r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassTargetBusy, "target busy: "+busy
+		h.logVerdict(*r)
+		return
+	}
+	// The kick has begun: its cooldown and its clock start now, whatever
+	// the login takes.
 	h.kicked.Mark(r.Node.HealKey())
+	r.Verdict = heal.Kicked
+	h.pending[r.Node.key()] = pending{at: h.cfg.Now(), report: *r}
+}
+
+// runKick logs out (a relogin) and logs in one node record.
+func (h *SessionHealer) runKick(ctx context.Context, r Report) error {
 	var err error
 	if r.Kick == KickRelogin {
 		err = h.cfg.Kicker.Logout(ctx, r.Node, r.Session)
@@ -129,11 +165,92 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 	// skips the login: the session is still there.
 	if err == nil {
 		err = h.cfg.Kicker.Login(ctx, r.Node)
-		if errors.Is(err, ErrAuthFailed) || errors.Is(err, ErrLoginFatal) {
-			h.rejected[r.Node.key()] = err
+	}
+	return err
+}
+
+// noteRejection remembers a login the target rejected: kicking again
+// cannot fix credentials or ACLs.
+func (h *SessionHealer) noteRejection(n Node, err error) {
+	if errors.Is(err, ErrAuthFailed) || errors.Is(err, ErrLoginFatal) {
+		h.rejected[n.key()] = err
+	}
+}
+
+// kickResult is the outcome of a kick run as a target job.
+type kickResult struct {
+	key  string
+	node Node
+	err  error
+	// skipped says why the job did not kick: under the lease no staged
+	// volume wanted the session any more.
+	skipped string
+}
+
+// stillWanted re-reads the target's records under its lease: a login of
+// an absent portal is wanted only while a staged volume lists it, a
+// relogin only while some volume of the target is not detaching (or, in
+// scope all, while the target has no record at all). It returns why the
+// kick is no longer wanted, "" when it is.
+func stillWanted(ctx context.Context, res Resolver, lease *intent.Lease, r Report) string {
+	ls, err := lease.Listing()
+	if err != nil {
+		return "cannot read the target's records: " + err.Error()
+	}
+	if r.State != SessionAbsent && len(ls.Records) == 0 && len(r.Volumes) == 0 {
+		return "" // a session of a target pathmend did not stage (scope all)
+	}
+	m := NewPortalMatcher(ctx, res)
+	for _, rec := range ls.Records {
+		v := rec.Context.ISCSI
+		if v == nil || rec.State == volume.StateDetaching {
+			continue
+		}
+		if r.State != SessionAbsent && rec.State == volume.StateStaged {
+			return ""
+		}
+		for _, p := range v.Portals {
+			if rec.State == volume.StateStaged && m.Match(p, r.Node.Portal.Host, int(r.Node.Portal.Port)) {
+				return ""
+			}
 		}
 	}
-	h.settle(r, err)
+	return "no staged volume of " + r.Node.Target + " wants the session any more (detaching or unstaged)"
+}
+
+// readResults settles the kicks whose jobs ended: an error is a Failed
+// verdict, a skipped kick a Refused one; a kick that ran awaits LOGGED_IN
+// (resolvePending). The reports of the kick's node record carry the
+// verdict.
+func (h *SessionHealer) readResults(reports []*Report) {
+	h.resMu.Lock()
+	results := h.results
+	h.results = nil
+	h.resMu.Unlock()
+	for _, res := range results {
+		p, ok := h.pending[res.key]
+		if !ok {
+			continue
+		}
+		h.noteRejection(res.node, res.err)
+		final := p.report
+		switch {
+		case res.skipped != "":
+			final.Verdict, final.Class, final.Reason = heal.Refused, heal.ClassNotWanted, "not kicked: "+res.skipped
+		case res.err != nil:
+			final.Verdict, final.Class, final.Err = heal.Failed, heal.ClassKickFailed, res.err
+			final.Reason = string(final.Kick) + " failed; chosen because " + final.Reason
+		default:
+			continue // ran: awaiting LOGGED_IN
+		}
+		delete(h.pending, res.key)
+		for _, r := range reports {
+			if r.Node.key() == res.key {
+				r.Verdict, r.Class, r.Kick, r.Reason, r.Err = final.Verdict, final.Class, final.Kick, final.Reason, final.Err
+			}
+		}
+		h.logVerdict(final)
+	}
 }
 
 // restartDaemon restarts iscsid once for every report that needs it.

@@ -132,7 +132,7 @@ func rec(id, iqn string, lun int, device string, portals ...string) volume.Recor
 	for _, p := range portals {
 		v.Portals = append(v.Portals, volume.Endpoint{Host: p, Port: 3260})
 	}
-	return volume.Record{VolumeID: id, Context: volume.Context{Transport: volume.TransportISCSI, ISCSI: v}, Device: device, AccessType: volume.AccessMount}
+	return volume.Record{VolumeID: id, State: volume.StateStaged, Context: volume.Context{Transport: volume.TransportISCSI, ISCSI: v}, Device: device, AccessType: volume.AccessMount}
 }
 
 const iqnT = "iqn.2024-01.io.example:t"

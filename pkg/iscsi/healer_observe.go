@@ -29,7 +29,7 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 	// clock is keyed by node record, since it has no SID. Two volumes on
 	// one portal make one report.
 	seen := map[string]bool{}
-	for _, rec := range recs {
+	for _, rec := range stagedOnly(recs) {
 		v := rec.Context.ISCSI
 		for _, ep := range v.Portals {
 			if hasSessionTo(m, snap, v.IQN, ep) {
@@ -80,20 +80,27 @@ func (h *SessionHealer) probe(ctx context.Context, reports []*Report) {
 		byPortal[p] = append(byPortal[p], r)
 	}
 	// Probes run in parallel: a dead portal costs its full timeout, and a
-	// tick must not take that per portal.
+	// tick must not take that per portal. With ProbeConcurrency 1 they run
+	// in order on the tick's goroutine (a deterministic scheduler).
 	results := make([]Reachability, len(portals))
-	sem := make(chan struct{}, h.cfg.ProbeConcurrency)
-	var wg sync.WaitGroup
-	for i, p := range portals {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
+	if h.cfg.ProbeConcurrency == 1 {
+		for i, p := range portals {
 			results[i] = h.cfg.Prober.Probe(ctx, p)
-		}()
+		}
+	} else {
+		sem := make(chan struct{}, h.cfg.ProbeConcurrency)
+		var wg sync.WaitGroup
+		for i, p := range portals {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				results[i] = h.cfg.Prober.Probe(ctx, p)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	for i, p := range portals {
 		res := results[i]
 		held := h.reach.Observe("portal:"+p.String(), res.Reachable())

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/exec"
 
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
@@ -37,6 +37,11 @@ type InitiatorConfig struct {
 	Exec exec.Interface
 	// Sys is the sysfs root; rescans are written below it. Required.
 	Sys sysfs.FS
+	// Writer writes the rescans; Sys when nil. A fake kernel injects
+	// itself to act on them.
+	Writer interface {
+		WriteAttr(rel, value string) error
+	}
 	// CommandPrefix is prepended to every host command, to run it in the
 	// host's mount namespace from a container, e.g.
 	// {"nsenter", "--mount=/proc/1/ns/mnt", "--"} or {"chroot", "/host"}.
@@ -73,9 +78,10 @@ type Initiator struct {
 type coordination struct {
 	// gate is held shared by every login, logout and node-record command
 	// and exclusively by a restart of iscsid.
-	gate     sync.RWMutex
+	gate     gate
 	inFlight atomic.Int32
-	nodes    KeyedLocks
+	// nodes serializes the commands of one node record.
+	nodes intent.KeyedLocks[string]
 }
 
 // NewInitiator validates cfg and returns an Initiator. Nothing is run.
@@ -93,6 +99,9 @@ func NewInitiator(cfg InitiatorConfig) (*Initiator, error) {
 		if p == "" {
 			return nil, errors.New("initiator: empty word in the command prefix")
 		}
+	}
+	if cfg.Writer == nil {
+		cfg.Writer = cfg.Sys
 	}
 	setDefault(&cfg.ISCSIAdm, "iscsiadm")
 	setDefault(&cfg.Multipath, "multipath")
@@ -221,13 +230,19 @@ func (in *Initiator) run(ctx context.Context, timeout time.Duration, c command) 
 }
 
 // shared runs fn holding the gate shared and the node record's lock, and
-// counts it as in flight. It waits while a restart of iscsid runs.
+// counts it as in flight. It waits while a restart of iscsid runs, and for
+// another command of the same node record, until ctx ends.
 func (in *Initiator) shared(ctx context.Context, n Node, fn func() error) error {
-	in.co.gate.RLock()
-	defer in.co.gate.RUnlock()
+	if err := in.co.gate.enter(ctx); err != nil {
+		return err
+	}
+	defer in.co.gate.leave()
 	in.co.inFlight.Add(1)
 	defer in.co.inFlight.Add(-1)
-	unlock := in.co.nodes.Lock(n.key())
+	unlock, err := in.co.nodes.Lock(ctx, n.key(), "iscsiadm")
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	if err := ctx.Err(); err != nil {
 		return err
@@ -241,10 +256,11 @@ func (in *Initiator) shared(ctx context.Context, n Node, fn func() error) error 
 // when a login, logout or node update is running, and holds every new one
 // back until the restart command returns.
 func (in *Initiator) RestartDaemon(ctx context.Context) error {
-	if !in.co.gate.TryLock() {
+	release, ok := in.co.gate.tryExclusive()
+	if !ok {
 		return ErrInFlight
 	}
-	defer in.co.gate.Unlock()
+	defer release()
 	rc := in.cfg.RestartCommand
 	_, err := in.run(ctx, in.cfg.CommandTimeout, command{name: rc[0], args: rc[1:]})
 	if err != nil {

@@ -148,9 +148,20 @@ func (in *Initiator) Login(ctx context.Context, n Node) error {
 
 // LoginAll logs in to every node at once, at most LoginConcurrency at a
 // time, each bounded by the login timeout. errs[i] is the result for
-// nodes[i].
+// nodes[i]. With LoginConcurrency 1 the logins run in order on the
+// caller's goroutine, so a deterministic scheduler sees no fan-out.
 func (in *Initiator) LoginAll(ctx context.Context, nodes []Node) (errs []error) {
 	errs = make([]error, len(nodes))
+	if in.cfg.LoginConcurrency == 1 {
+		for i, n := range nodes {
+			if err := ctx.Err(); err != nil {
+				errs[i] = fmt.Errorf("login %s: %w", n, err)
+				continue
+			}
+			errs[i] = in.Login(ctx, n)
+		}
+		return errs
+	}
 	sem := make(chan struct{}, in.cfg.LoginConcurrency)
 	var wg sync.WaitGroup
 	for i, n := range nodes {
@@ -190,7 +201,7 @@ func (in *Initiator) Logout(ctx context.Context, n Node, sid SessionID) error {
 // "channel target lun" to class/scsi_host/host<H>/scan. No process runs.
 func (in *Initiator) Rescan(addr SCSIAddress) error {
 	rel := "class/scsi_host/" + addr.Host.String() + "/scan"
-	if err := in.cfg.Sys.WriteAttr(rel, addr.ScanArgs()); err != nil {
+	if err := in.cfg.Writer.WriteAttr(rel, addr.ScanArgs()); err != nil {
 		return fmt.Errorf("scan %s: %w", addr, err)
 	}
 	return nil

@@ -1,39 +1,60 @@
 package iscsi
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
-// KeyedLocks serializes work per key (a node record, a target IQN) without
-// holding memory for keys nobody is using. The zero value is ready to use.
-type KeyedLocks struct {
-	mu sync.Mutex
-	m  map[string]*keyLock
+// gate is held shared by every login, logout and node-record command and
+// exclusively by a restart of iscsid. A restart never waits: it is refused
+// while a shared holder runs. A shared holder waits while a restart runs,
+// on a channel (durably blocked, for a deterministic scheduler), giving up
+// when its context ends.
+type gate struct {
+	mu         sync.Mutex
+	shared     int
+	restarting chan struct{} // non-nil while a restart runs; closed when it ends
 }
 
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// Lock blocks until key is free, takes it and returns its release.
-func (k *KeyedLocks) Lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyLock{}
-	}
-	l := k.m[key]
-	if l == nil {
-		l = &keyLock{}
-		k.m[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(k.m, key)
+// enter takes the gate shared, waiting while a restart runs.
+func (g *gate) enter(ctx context.Context) error {
+	g.mu.Lock()
+	for g.restarting != nil {
+		done := g.restarting
+		g.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		k.mu.Unlock()
+		g.mu.Lock()
 	}
+	g.shared++
+	g.mu.Unlock()
+	return nil
+}
+
+// leave releases a shared hold.
+func (g *gate) leave() {
+	g.mu.Lock()
+	g.shared--
+	g.mu.Unlock()
+}
+
+// tryExclusive takes the gate exclusively when nothing holds it, and
+// returns its release; ok is false otherwise.
+func (g *gate) tryExclusive() (release func(), ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shared > 0 || g.restarting != nil {
+		return nil, false
+	}
+	done := make(chan struct{})
+	g.restarting = done
+	return func() {
+		g.mu.Lock()
+		g.restarting = nil
+		g.mu.Unlock()
+		close(done)
+	}, true
 }

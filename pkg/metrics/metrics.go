@@ -9,6 +9,7 @@ package metrics
 
 import (
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,8 @@ type Metrics struct {
 	sessionRecoveries *prometheus.CounterVec
 	tickDuration      prometheus.Histogram
 	processes         prometheus.Counter
+	unreadable        prometheus.Gauge
+	intents           *prometheus.CounterVec
 
 	lastTick atomic.Int64 // unix nanoseconds of the end of the last tick
 }
@@ -67,8 +70,16 @@ func New() *Metrics {
 			Namespace: namespace, Name: "monitor_processes_started_total",
 			Help: "Processes the monitor started. Stays 0 on a healthy node: diagnosis reads sysfs only.",
 		}),
+		unreadable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "state_records_unreadable",
+			Help: "Staged-volume record files the last scan could not read. Nothing of a target such a file may belong to is torn down until it is readable or removed.",
+		}),
+		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "intent_reconciliations_total",
+			Help: "Verdicts on interrupted intents by record state (attaching, detaching) and verdict (rolled back, finished, kept, refused, failed, observed).",
+		}, []string{"state", "verdict"}),
 	}
-	m.reg.MustRegister(m.volumePaths, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes,
+	m.reg.MustRegister(m.volumePaths, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes, m.unreadable, m.intents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -144,6 +155,24 @@ func (m *Metrics) LastTick() time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, m.lastTick.Load())
+}
+
+// SetUnreadableRecords records how many staged-volume record files the
+// last scan could not read.
+func (m *Metrics) SetUnreadableRecords(n int) {
+	if m == nil {
+		return
+	}
+	m.unreadable.Set(float64(n))
+}
+
+// ObserveIntent counts one verdict on an interrupted intent: state is the
+// record's (attaching, detaching), verdict the reconciliation's.
+func (m *Metrics) ObserveIntent(state, verdict string) {
+	if m == nil {
+		return
+	}
+	m.intents.WithLabelValues(state, strings.ReplaceAll(verdict, " ", "_")).Inc()
 }
 
 // ProcessStarted counts one process the monitor started.

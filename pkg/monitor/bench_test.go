@@ -10,6 +10,7 @@ import (
 
 	"github.com/pathmend/pathmend/internal/sysbench"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
@@ -31,6 +32,19 @@ func (r refusingConnector) Connect(context.Context, fabrics.Options) (fabrics.Re
 func (r refusingConnector) Disconnect(string) error { r.b.Fatal("healthy tick tore down"); return nil }
 func (r refusingConnector) Rescan(string) error     { r.b.Fatal("healthy tick rescanned"); return nil }
 
+// memIntents serves a fixed listing, as the intent owner over a page-cached
+// state dir would, and fails the benchmark if a healthy tick starts a job.
+type memIntents struct {
+	b *testing.B
+	l volume.Listing
+}
+
+func (m memIntents) Scan() (volume.Listing, error) { return m.l, nil }
+func (m memIntents) Go(context.Context, volume.Target, string, func(context.Context, *intent.Lease)) (bool, string) {
+	m.b.Fatal("healthy tick started a job")
+	return false, ""
+}
+
 // benchNode writes 1,000 subsystems × 3 live controllers, one namespace
 // each, and the 1,000 staged-volume records that expect them.
 func benchNode(b *testing.B) (sysfs.FS, []volume.Record) {
@@ -46,7 +60,7 @@ func benchNode(b *testing.B) (sysfs.FS, []volume.Record) {
 			n.Endpoints = append(n.Endpoints, volume.Endpoint{Host: "192.0.2.1", Port: uint16(4420 + c)})
 		}
 		n.OptimizedEndpoints = n.Endpoints[:1]
-		recs = append(recs, volume.Record{VolumeID: fmt.Sprintf("vol-%04d", s), StagingPath: dir, Context: volume.Context{Transport: volume.TransportNVMeTCP, NVMe: n}})
+		recs = append(recs, volume.Record{VolumeID: fmt.Sprintf("vol-%04d", s), State: volume.StateStaged, StagingPath: dir, Context: volume.Context{Transport: volume.TransportNVMeTCP, NVMe: n}})
 	}
 	return sysfs.New(dir), recs
 }
@@ -58,7 +72,7 @@ func benchMonitor(b *testing.B, fsys sysfs.FS, recs []volume.Record) *Monitor {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := New(Config{}, Deps{SysFS: fsys, Records: func() ([]volume.Record, error) { return recs, nil },
+	m, err := New(Config{}, Deps{SysFS: fsys, Intents: memIntents{b: b, l: volume.Listing{Records: recs}},
 		Policy: policy, Connector: refusingConnector{b}, Prober: TCPProber{Timeout: time.Millisecond}, Metrics: metrics.New(),
 		PathExists: func(string) bool { return true }})
 	if err != nil {

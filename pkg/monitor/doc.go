@@ -4,23 +4,36 @@
 // One loop per node ticks every --monitor-interval (default 3 s) plus
 // jitter. Each tick:
 //
-//  1. loads the staged-volume records (pkg/volume) — the monitor keeps no
-//     other state, so a restarted plugin heals in its first tick;
-//  2. reads sysfs once through the nvme.Reader it keeps across ticks: one
-//     snapshot shared by every volume, in nvme.ScopePaths (what can
-//     change and what decisions use is read every tick; what is fixed
-//     for an object's life once per object; docs/performance.md), and one
-//     nvme.Index of it for the per-volume lookups;
-//  3. heals: nvme.Inspect → heal.Policy → nvme.Repairer;
-//  4. subtracts the controllers the heal just tore down from the snapshot,
-//     so their endpoints count as missing;
-//  5. reconciles optimized endpoints, then non-optimized ones, per volume
-//     concurrently: an endpoint with no present controller (any state but
-//     deleting or dead) is probed (TCP, short timeout) and connected
-//     within a per-connect timeout, at most MaxConnects at once; an
-//     endpoint that does not answer is backed off exponentially (capped,
-//     reset on success) and reported, not retried every tick;
-//  6. runs the iSCSI session heal, when built in.
+//  1. reads the records through the intent owner (pkg/intent) — the
+//     monitor keeps no other intent, so a restarted plugin heals in its
+//     first tick — and sysfs once through the nvme.Reader it keeps across
+//     ticks (nvme.ScopePaths: what can change and what decisions use is
+//     read every tick, what is fixed for an object's life once per object;
+//     docs/performance.md), with one nvme.Index of it for the per-volume
+//     lookups, and plans without a lock
+//     which targets need work: an interrupted intent to finish, a defect,
+//     a missing path of a staged volume that is not backed off;
+//  2. starts one job per such target with the target's lease (intent
+//     Owner.Go: at most one job per target, a bounded number in all, never
+//     waiting for a target an RPC holds — that one is noted busy);
+//  3. reads the jobs that finished (with a synchronous runner, its own);
+//  4. runs the iSCSI session heal, when built in.
+//
+// A job, under the lease, re-reads the target's records and sysfs
+// (through the same Reader) and decides again:
+//
+//  1. finishes interrupted intents (intent.Reconciler);
+//  2. heals: nvme.Inspect → heal.Policy → nvme.Repairer; while a record
+//     that may be the target's cannot be read, every teardown is refused;
+//  3. subtracts the controllers the heal just tore down, so their
+//     endpoints count as missing;
+//  4. reconnects optimized endpoints, then non-optimized ones, of staged
+//     volumes only (an attaching one is its NodeStage's, a detaching or
+//     gone one is never reconnected): an endpoint with no present
+//     controller (any state but deleting or dead) is probed (TCP, short
+//     timeout) and connected within a per-connect timeout; an endpoint
+//     that does not answer is backed off exponentially (capped, reset on
+//     success) and reported, not retried every tick.
 //
 // Repair comes before reconcile on purpose: a reconcile-first tick would
 // diagnose a controller created microseconds earlier, one that has not

@@ -9,7 +9,6 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/metrics"
-	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // TestTick_MetricsAfterAScriptedRepair scrapes /metrics after the monitor
@@ -19,7 +18,7 @@ func TestTick_MetricsAfterAScriptedRepair(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
 	m := metrics.New()
 	r.m.deps.Metrics = m
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
 	r.k.DropLegs(1)
 	r.m.Tick(context.Background())
@@ -40,12 +39,12 @@ func TestTick_MetricsAfterAScriptedRepair(t *testing.T) {
 	}
 
 	// Unstaged: the volume's series go away; the healthy node has no defects.
-	r.recs = nil
+	r.set(t)
 	r.m.Tick(context.Background())
 	if body := scrape(t, m); strings.Contains(body, `volume_id="vol-a"`) || strings.Contains(body, "pathmend_defects{") {
 		t.Errorf("series remain with nothing staged:\n%s", grep(body, "vol-a"))
 	}
-	r.recs = []volume.Record{rec("vol-b", nqnB, "127.0.0.3")}
+	r.set(t, rec("vol-b", nqnB, "127.0.0.3"))
 	r.m.Tick(context.Background())
 	body = scrape(t, m)
 	if strings.Contains(body, `volume_id="vol-a"`) {

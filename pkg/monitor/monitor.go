@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
@@ -28,8 +29,6 @@ type Config struct {
 	Jitter   float64
 	// ConnectTimeout bounds one connect (default 10 s).
 	ConnectTimeout time.Duration
-	// MaxConnects bounds concurrent connects across volumes (default 4).
-	MaxConnects int
 	// BackoffBase and BackoffMax space out retries of an endpoint that
 	// did not answer (defaults 3 s and 5 min).
 	BackoffBase, BackoffMax time.Duration
@@ -42,17 +41,36 @@ type SessionHealer interface {
 	Tick(ctx context.Context, records []volume.Record, recordsErr error)
 }
 
+// Intents is what the monitor needs of the node's intent owner
+// (*intent.Owner): the records to plan from, and per-target jobs that run
+// with the target's lease, never waiting for a busy target.
+type Intents interface {
+	Scan() (volume.Listing, error)
+	Go(ctx context.Context, t volume.Target, holder string, job func(context.Context, *intent.Lease)) (started bool, busy string)
+}
+
+// Reconciler finishes interrupted intents (*intent.Reconciler).
+type Reconciler interface {
+	// Due returns the targets with an interrupted intent to finish now.
+	Due(l volume.Listing) []volume.Target
+	// Reconcile finishes them under the target's lease.
+	Reconcile(ctx context.Context, lease *intent.Lease) []intent.Verdict
+}
+
 // Deps are the monitor's seams.
 type Deps struct {
 	SysFS sysfs.FS
-	// Records lists the staged volumes; the monitor keeps nothing else.
-	Records   func() ([]volume.Record, error)
-	Policy    *heal.Policy
-	Connector nvme.Connector
-	Host      fabrics.HostIdentity
-	Prober    Prober
-	Clock     clock.Clock
-	Metrics   *metrics.Metrics
+	// Intents is the node's intent owner: the records (the monitor keeps
+	// nothing else) and the target leases every action runs under.
+	Intents Intents
+	// Reconciler, when set, finishes interrupted intents on each tick.
+	Reconciler Reconciler
+	Policy     *heal.Policy
+	Connector  nvme.Connector
+	Host       fabrics.HostIdentity
+	Prober     Prober
+	Clock      clock.Clock
+	Metrics    *metrics.Metrics
 	// Sessions is the iSCSI heal; nil when iSCSI is not built in.
 	Sessions SessionHealer
 	// PathExists reports whether a staging path still exists (default
@@ -61,23 +79,32 @@ type Deps struct {
 }
 
 // Monitor keeps every path of every staged volume healthy: each tick it
-// reads sysfs once, repairs what diagnosis finds through the policy, and
-// only then reconnects the expected paths that are missing — optimized
-// first. Repair runs first so that whatever it tears down is reconnected
-// in the same tick, and reconcile never races a controller it just made.
+// reads the records and sysfs once and plans, unlocked, which targets
+// need work; each such target gets one job with its lease (the intent
+// owner's Go: at most one job per target, bounded, never waiting for a
+// busy target). Under the lease the job re-reads the target's records and
+// sysfs and decides again: it finishes interrupted intents, repairs what
+// diagnosis finds through the policy, and only then reconnects the missing
+// paths of staged volumes — optimized first. Repair runs first so that
+// whatever it tears down is reconnected in the same job, and reconcile
+// never races a controller it just made. The tick does not wait for its
+// jobs: their outcomes are read by the tick that finds them done (with a
+// synchronous runner, the same tick).
 type Monitor struct {
 	cfg  Config
 	deps Deps
 	back *backoff
-	sem  chan struct{}
-	// nvme reads sysfs every tick, remembering across ticks what cannot
-	// change while a kernel object lives.
+	// nvme reads sysfs every tick (and in every job: it is safe for
+	// concurrent use), remembering across ticks what cannot change while
+	// a kernel object lives.
 	nvme *nvme.Reader
 
 	mu       sync.Mutex
 	status   map[string]VolumeStatus
 	orphans  map[string]bool
 	lastTick time.Time
+	done     []jobResult // finished jobs not yet read by a tick
+	gate     *heal.LogGate
 }
 
 // VolumeStatus is what the last tick saw of one volume.
@@ -91,8 +118,8 @@ type VolumeStatus struct {
 
 // New validates the configuration.
 func New(cfg Config, deps Deps) (*Monitor, error) {
-	if deps.Records == nil || deps.Policy == nil || deps.Connector == nil || deps.Prober == nil || deps.SysFS.Root() == "" {
-		return nil, errors.New("monitor: records, policy, connector, prober and sysfs are required")
+	if deps.Intents == nil || deps.Policy == nil || deps.Connector == nil || deps.Prober == nil || deps.SysFS.Root() == "" {
+		return nil, errors.New("monitor: intents, policy, connector, prober and sysfs are required")
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 3 * time.Second
@@ -105,9 +132,6 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 10 * time.Second
-	}
-	if cfg.MaxConnects <= 0 {
-		cfg.MaxConnects = 4
 	}
 	if cfg.BackoffBase <= 0 {
 		cfg.BackoffBase = 3 * time.Second
@@ -122,7 +146,8 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
 	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), nvme: nvme.NewReader(deps.SysFS, nvme.ScopePaths),
-		sem: make(chan struct{}, cfg.MaxConnects), status: map[string]VolumeStatus{}, orphans: map[string]bool{}}, nil
+		status: map[string]VolumeStatus{}, orphans: map[string]bool{},
+		gate: heal.NewLogGate(0, deps.Clock.Now)}, nil
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then

@@ -12,6 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -25,10 +26,33 @@ type proberFunc func(ctx context.Context, hostport string) error
 func (f proberFunc) Reachable(ctx context.Context, hp string) error { return f(ctx, hp) }
 
 type rig struct {
-	k    *nvmetest.Kernel
-	clk  *clocktesting.FakeClock
-	m    *Monitor
-	recs []volume.Record
+	k     *nvmetest.Kernel
+	clk   *clocktesting.FakeClock
+	m     *Monitor
+	store *volume.Store
+	owner *intent.Owner
+}
+
+// set makes recs the node's records (state staged unless set).
+func (r *rig) set(t *testing.T, recs ...volume.Record) {
+	t.Helper()
+	l, err := r.store.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range l.Records {
+		if err := r.store.Delete(x.VolumeID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, x := range recs {
+		if x.State == "" {
+			x.State = volume.StateStaged
+		}
+		if err := r.store.Put(x); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func target(nqn string, hosts ...string) nvmetest.Target {
@@ -39,19 +63,28 @@ func target(nqn string, hosts ...string) nvmetest.Target {
 	return t
 }
 
+// rec is a staged record of volume id: namespace 1 of nqn over hosts,
+// the first one optimized, in the normalized form Parse returns.
 func rec(id, nqn string, hosts ...string) volume.Record {
-	n := &volume.NVMeTCP{NQN: nqn, NSID: 1}
-	for i, h := range hosts {
-		ep := volume.Endpoint{Host: h, Port: 4420}
-		n.Endpoints = append(n.Endpoints, ep)
-		if i == 0 {
-			n.OptimizedEndpoints = append(n.OptimizedEndpoints, ep)
-		}
+	var eps []string
+	for _, h := range hosts {
+		eps = append(eps, h+":4420")
 	}
-	return volume.Record{VolumeID: id, StagingPath: "/staging/" + id, Context: volume.Context{Transport: volume.TransportNVMeTCP, NVMe: n}}
+	c, _, err := volume.Parse(map[string]string{"transport": "nvme-tcp", "nqn": nqn, "endpoints": strings.Join(eps, ","), "optimizedEndpoints": eps[0], "nsid": "1"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return volume.Record{VolumeID: id, StagingPath: "/staging/" + id, Context: c, AccessType: volume.AccessMount, FSType: "ext4"}
 }
 
 func newRig(t *testing.T, mode heal.Mode, prober Prober) *rig {
+	t.Helper()
+	// Jobs run inside Go: a tick reads its own jobs' outcomes.
+	return newRigRun(t, mode, prober, func(f func()) { f() })
+}
+
+// newRigRun is a rig whose jobs run through runner.
+func newRigRun(t *testing.T, mode heal.Mode, prober Prober, runner func(func())) *rig {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	k := nvmetest.NewKernel(t.TempDir(), clk)
@@ -64,9 +97,17 @@ func newRig(t *testing.T, mode heal.Mode, prober Prober) *rig {
 	if prober == nil {
 		prober = proberFunc(func(context.Context, string) error { return nil })
 	}
-	r := &rig{k: k, clk: clk}
+	store, err := volume.NewStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := intent.New(intent.Config{}, intent.Deps{Store: store, Clock: clk, Runner: runner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{k: k, clk: clk, store: store, owner: owner}
 	r.m, err = New(Config{ConnectTimeout: 5 * time.Second}, Deps{
-		SysFS: k.FS(), Records: func() ([]volume.Record, error) { return r.recs, nil },
+		SysFS: k.FS(), Intents: owner,
 		Policy: policy, Connector: k, Prober: prober, Clock: clk,
 		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
 		PathExists: func(p string) bool { return !strings.Contains(p, "gone") },
@@ -98,7 +139,7 @@ func (r *rig) callsSince(n int) []string { return r.k.Calls()[n:] }
 // connect nothing, and the volume would end the tick a path short.
 func TestTick_RepairsFirstAndReconnectsInTheSameTick(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
 	r.k.DropLegs(1)
 	before := len(r.k.Calls())
@@ -125,7 +166,7 @@ func TestTick_RepairsFirstAndReconnectsInTheSameTick(t *testing.T) {
 
 func TestTick_GraceDefersAcrossTicksThenRepairs(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1")
 	if _, err := r.k.Connect(context.Background(), fabrics.Options{Transport: "tcp", Traddr: "127.0.0.2", Trsvcid: "4420", NQN: nqnA}); err != nil {
 		t.Fatal(err)
@@ -151,7 +192,7 @@ func TestTick_GraceDefersAcrossTicksThenRepairs(t *testing.T) {
 
 func TestTick_NoDuplicateConnectWhileTheKernelReconnects(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
 	r.k.SetState(1, "connecting")
 	before := len(r.k.Calls())
@@ -167,7 +208,7 @@ func TestTick_NoDuplicateConnectWhileTheKernelReconnects(t *testing.T) {
 
 func TestTick_ReconnectsAMissingPathOptimizedFirst(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	// A restarted plugin: the record is there, the kernel has no paths.
 	r.m.Tick(context.Background())
 	want := []string{"connect 127.0.0.1:4420", "connect 127.0.0.2:4420"}
@@ -176,9 +217,13 @@ func TestTick_ReconnectsAMissingPathOptimizedFirst(t *testing.T) {
 	}
 }
 
-// TestTick_UnreachableTargetDoesNotDelayOtherVolumes: the probe of a dead
-// target hangs; another volume's missing path is connected meanwhile.
-func TestTick_UnreachableTargetDoesNotDelayOtherVolumes(t *testing.T) {
+// TestTick_ASlowTargetDelaysNeitherTheTickNorOtherTargets: jobs run on
+// their own goroutines. The probe of a dead target hangs; the tick
+// returns at once, another target's missing path is connected meanwhile,
+// the next tick reads that outcome and starts no second job on the busy
+// target, and the dead target's outcome is read once its job ends; after
+// that it is backed off without a job.
+func TestTick_ASlowTargetDelaysNeitherTheTickNorOtherTargets(t *testing.T) {
 	release := make(chan struct{})
 	prober := proberFunc(func(ctx context.Context, hp string) error {
 		if strings.HasPrefix(hp, "127.0.0.3") {
@@ -190,36 +235,55 @@ func TestTick_UnreachableTargetDoesNotDelayOtherVolumes(t *testing.T) {
 		}
 		return nil
 	})
-	r := newRig(t, heal.ModeRepair, prober)
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3")}
-	done := make(chan Report, 1)
-	go func() { done <- r.m.Tick(context.Background()) }()
-	deadline := time.After(10 * time.Second)
-	for !contains(r.k.Calls(), "connect 127.0.0.1:4420") {
-		select {
-		case <-deadline:
-			close(release)
-			t.Fatal("vol-a's path was not connected while vol-b's target hung")
-		case <-time.After(5 * time.Millisecond):
-		}
+	r := newRigRun(t, heal.ModeRepair, prober, func(f func()) { go f() })
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3"))
+	ctx := context.Background()
+	r.m.Tick(ctx) // returns while vol-b's job hangs
+	waitFor(t, "vol-a's path connected while vol-b's target hangs", func() bool { return contains(r.k.Calls(), "connect 127.0.0.1:4420") && r.owner.Jobs() == 1 })
+
+	rep := r.m.Tick(ctx)
+	if !contains(rep.Connects, nqnA+" 127.0.0.1:4420") {
+		t.Errorf("second tick did not read vol-a's job: connects %v", rep.Connects)
 	}
+	if !contains(rep.Skipped, "nvme-tcp "+nqnB+": busy: monitor") {
+		t.Errorf("second tick: skipped %v, want vol-b's target busy", rep.Skipped)
+	}
+	if st, _ := r.m.Status("vol-b"); len(st.Notes) == 0 || !strings.Contains(st.Notes[0], "busy: monitor") {
+		t.Errorf("vol-b notes = %v", st.Notes)
+	}
+
 	close(release)
-	rep := <-done
-	if len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "unreachable") {
-		t.Errorf("skipped = %v", rep.Skipped)
+	waitFor(t, "vol-b's job to end", func() bool { return r.owner.Jobs() == 0 })
+	rep = r.m.Tick(ctx)
+	if !contains(rep.Skipped, "127.0.0.3:4420: unreachable: i/o timeout") {
+		t.Errorf("third tick: skipped %v, want vol-b's job's outcome", rep.Skipped)
 	}
-	// Backed off: the next tick does not probe the dead target again.
+	// Backed off: the next tick neither probes the dead target again nor
+	// starts a job for it.
 	before := len(r.k.Calls())
 	r.clk.Step(time.Second)
-	rep = r.m.Tick(context.Background())
-	if len(r.callsSince(before)) != 0 || len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "backed off") {
-		t.Errorf("second tick: calls %v, skipped %v", r.callsSince(before), rep.Skipped)
+	rep = r.m.Tick(ctx)
+	if len(r.callsSince(before)) != 0 || len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "backed off") || r.owner.Jobs() != 0 {
+		t.Errorf("fourth tick: calls %v, skipped %v, jobs %d", r.callsSince(before), rep.Skipped, r.owner.Jobs())
+	}
+}
+
+// waitFor polls cond (real time: the jobs run on goroutines) for up to
+// ten seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
 func TestTick_ObserveModeTouchesNothing(t *testing.T) {
 	r := newRig(t, heal.ModeObserve, nil)
-	r.recs = []volume.Record{rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
 	r.k.DropLegs(1)
 	before := len(r.k.Calls())
@@ -236,7 +300,7 @@ func TestTick_OrphanedRecordsAreReported(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
 	gone := rec("vol-gone", nqnA, "127.0.0.1")
 	gone.StagingPath = "/staging/gone"
-	r.recs = []volume.Record{gone}
+	r.set(t, gone)
 	rep := r.m.Tick(context.Background())
 	if diff := cmp.Diff([]string{"vol-gone"}, rep.Orphans); diff != "" {
 		t.Errorf("orphans (-want +got):\n%s", diff)

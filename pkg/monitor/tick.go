@@ -4,58 +4,139 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
-	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// Report is what one tick saw and did.
+// Report is what one tick saw and did. Outcomes, Connects, Skipped and
+// Intents are those of the jobs the tick found finished: with a
+// synchronous runner its own, otherwise also earlier ticks' jobs that
+// finished since.
 type Report struct {
 	Volumes  int
 	Defects  []heal.Defect
 	Outcomes []heal.Outcome
 	// Connects lists the endpoints connected, "nqn endpoint".
 	Connects []string
-	// Skipped lists endpoints left alone this tick and why (backoff,
-	// unreachable, connect failed).
+	// Skipped lists endpoints and targets left alone and why (backoff,
+	// unreachable, connect failed, target busy).
 	Skipped []string
 	// Orphans are volumes whose staging path no longer exists.
 	Orphans []string
+	// Intents are the reconciliation verdicts on interrupted intents.
+	Intents []intent.Verdict
+	// Unreadable are the record files that could not be read.
+	Unreadable []string
 }
 
-// Tick runs one pass: load records → read sysfs once → heal → subtract
-// what the heal tore down → reconcile optimized → reconcile non-optimized
-// (per volume, concurrently, connects bounded) → iSCSI sessions.
+// Tick runs one pass: read the records and sysfs once → plan which
+// targets need work (interrupted intents, defects, missing paths of
+// staged volumes) → start one job per such target with its lease → read
+// the finished jobs → update status and metrics → iSCSI sessions.
 func (m *Monitor) Tick(ctx context.Context) Report {
 	start := m.deps.Clock.Now()
 	var rep Report
-	recs, err := m.deps.Records()
-	if err != nil {
-		klog.ErrorS(err, "Some staged-volume records could not be read")
+	l, scanErr := m.deps.Intents.Scan()
+	if scanErr != nil {
+		klog.ErrorS(scanErr, "Staged-volume records could not be listed")
 	}
+	m.reportUnreadable(l, &rep)
+	recs := l.Records
 	rep.Volumes = len(recs)
 	m.reportOrphans(recs, &rep)
 
-	var exps []nvme.Expectation
-	byID := map[string]volume.Record{}
+	var exps, staged []nvme.Expectation
 	for _, r := range recs {
 		if e, ok := nvme.ExpectationFromRecord(r); ok {
 			exps = append(exps, e)
-			byID[r.VolumeID] = r
+			if r.State == volume.StateStaged {
+				staged = append(staged, e)
+			}
 		}
 	}
-	if len(exps) > 0 && m.deps.Policy.Mode() != heal.ModeOff {
-		m.nvmeTick(ctx, exps, byID, &rep)
+	healing := m.deps.Policy.Mode() != heal.ModeOff
+	need := map[volume.Target]bool{}
+	notes := map[string][]string{}
+	var host *nvme.Host
+	var idx *nvme.Index
+	if healing && len(exps) > 0 {
+		h, err := m.nvme.Read()
+		if err != nil {
+			klog.ErrorS(err, "Read NVMe state failed; skipping this tick's NVMe passes")
+		} else {
+			host, idx = h, nvme.NewIndex(h)
+		}
+	}
+	if host != nil {
+		rep.Defects = nvme.Inspect(host, exps)
+		counts := map[heal.Kind]int{}
+		for _, d := range rep.Defects {
+			counts[d.Kind]++
+			if nqn := defectNQN(host, d); nqn != "" {
+				need[volume.Target{Transport: volume.TransportNVMeTCP, Name: nqn}] = true
+			}
+		}
+		m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), counts)
+		m.planReconnects(idx, staged, need, notes, &rep)
+	} else {
+		m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), nil)
+	}
+	if healing && m.deps.Reconciler != nil && scanErr == nil {
+		for _, t := range m.deps.Reconciler.Due(l) {
+			need[t] = true
+		}
+	}
+	// Only targets some record names are acted on: the kernel objects of
+	// targets pathmend did not stage are not its to repair.
+	targets := make([]volume.Target, 0, len(need))
+	for t := range need {
+		if len(l.Of(t).Records) > 0 {
+			targets = append(targets, t)
+		}
+	}
+	slices.SortFunc(targets, volume.Target.Compare)
+	for _, t := range targets {
+		started, busy := m.deps.Intents.Go(ctx, t, "monitor", m.job)
+		if started {
+			continue
+		}
+		rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: busy: %s", t, busy))
+		for _, r := range l.Of(t).Records {
+			notes[r.VolumeID] = append(notes[r.VolumeID], "repair and reconnect deferred: "+t.String()+" busy: "+busy)
+		}
+	}
+
+	changed := m.collect(&rep, notes)
+	inUse := map[string]bool{}
+	for _, e := range exps {
+		for _, ep := range e.Endpoints {
+			inUse[e.NQN+" "+ep.String()] = true
+		}
+	}
+	m.back.prune(inUse)
+	slices.Sort(rep.Connects)
+	slices.Sort(rep.Skipped)
+	if healing && len(staged) > 0 {
+		// Read again only when a job changed the kernel's state; a
+		// healthy tick reads sysfs once.
+		if idx == nil || changed {
+			if h, err := m.nvme.Read(); err == nil {
+				idx = nvme.NewIndex(h)
+			}
+		}
+		if idx != nil {
+			m.updateStatus(idx, staged, notes)
+		}
 	} else {
 		m.forgetAll()
 	}
 	if m.deps.Sessions != nil {
-		m.deps.Sessions.Tick(ctx, recs, err)
+		m.deps.Sessions.Tick(ctx, recs, l.Err())
 	}
 	end := m.deps.Clock.Now()
 	m.deps.Metrics.ObserveTick(end.Sub(start), end)
@@ -65,74 +146,65 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	return rep
 }
 
-func (m *Monitor) nvmeTick(ctx context.Context, exps []nvme.Expectation, recs map[string]volume.Record, rep *Report) {
-	host, err := m.nvme.Read()
-	if err != nil {
-		klog.ErrorS(err, "Read NVMe state failed; skipping this tick")
-		return
-	}
-	// 1. heal
-	rep.Defects = nvme.Inspect(host, exps)
-	counts := map[heal.Kind]int{}
-	for _, d := range rep.Defects {
-		counts[d.Kind]++
-	}
-	m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), counts)
-	repairer := &nvme.Repairer{Detacher: m.deps.Connector, Rescanner: m.deps.Connector, SysFS: m.deps.SysFS, Expectations: exps}
-	rep.Outcomes = m.deps.Policy.Heal(ctx, rep.Defects, repairer)
-	m.deps.Metrics.ObserveOutcomes(string(volume.TransportNVMeTCP), rep.Outcomes)
-
-	// 2. subtract: a controller just deleted must not count as present,
-	// or its endpoint is not reconnected and the repair bought nothing.
-	removed := map[nvme.ControllerName]bool{}
-	for _, o := range rep.Outcomes {
-		for _, p := range o.Removed {
-			removed[nvme.ControllerName(p.Name)] = true
-		}
-	}
-
-	// 3, 4. reconcile optimized, then non-optimized, per volume.
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	idx := nvme.NewIndex(host)
-	notes := map[string][]string{}
-	inUse := map[string]bool{}
-	for _, e := range exps {
+// planReconnects notes, for every staged volume, the missing endpoints a
+// job would reconnect; a target with one that is not backed off needs a
+// job. Backed-off endpoints are reported here, with no job and no lock.
+func (m *Monitor) planReconnects(idx *nvme.Index, staged []nvme.Expectation, need map[volume.Target]bool, notes map[string][]string, rep *Report) {
+	now := m.deps.Clock.Now()
+	for _, e := range staged {
+		t := volume.Target{Transport: volume.TransportNVMeTCP, Name: e.NQN}
 		for _, ep := range e.Endpoints {
-			inUse[e.NQN+" "+ep.String()] = true
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n := recs[e.VolumeID].Context.NVMe
-			opt, others := nvme.OrderedEndpoints(n)
-			var conn, skip, note []string
-			for _, group := range [][]volume.Endpoint{opt, others} {
-				c, s := m.reconcile(ctx, idx, removed, n, group)
-				conn, skip = append(conn, c...), append(skip, s...)
+			if len(idx.ControllersTo(e.NQN, ep)) > 0 {
+				continue
 			}
-			for _, s := range skip {
-				note = append(note, "reconnect "+s)
+			if m.deps.Policy.Mode() != heal.ModeRepair {
+				need[t] = true
+				continue
 			}
-			mu.Lock()
-			rep.Connects = append(rep.Connects, conn...)
-			rep.Skipped = append(rep.Skipped, skip...)
-			notes[e.VolumeID] = note
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	m.back.prune(inUse)
-	slices.Sort(rep.Connects)
-	slices.Sort(rep.Skipped)
-	// Read again only when the tick changed the kernel's state; a healthy
-	// tick reads sysfs once.
-	if len(rep.Connects) > 0 || anyRemoved(rep.Outcomes) {
-		if h, err := m.nvme.Read(); err == nil {
-			idx = nvme.NewIndex(h)
+			if ok, until, lastErr := m.back.ready(e.NQN+" "+ep.String(), now); !ok {
+				s := fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format("15:04:05"), lastErr)
+				rep.Skipped = append(rep.Skipped, s)
+				notes[e.VolumeID] = append(notes[e.VolumeID], "reconnect "+s)
+				continue
+			}
+			need[t] = true
 		}
 	}
-	m.updateStatus(idx, exps, rep, notes)
+}
+
+// defectNQN is the subsystem NQN whose controllers a defect's teardown
+// releases; "" when it releases none.
+func defectNQN(h *nvme.Host, d heal.Defect) string {
+	for _, p := range d.Teardown {
+		if c, ok := h.Controller(nvme.ControllerName(p.Name)); ok {
+			return c.SubsysNQN
+		}
+	}
+	return ""
+}
+
+// collect reads the finished jobs into rep and notes, counts their
+// verdicts, and reports whether any changed the kernel.
+func (m *Monitor) collect(rep *Report, notes map[string][]string) (changed bool) {
+	m.mu.Lock()
+	done := m.done
+	m.done = nil
+	m.mu.Unlock()
+	slices.SortFunc(done, func(a, b jobResult) int { return a.target.Compare(b.target) })
+	for _, r := range done {
+		rep.Outcomes = append(rep.Outcomes, r.outcomes...)
+		rep.Connects = append(rep.Connects, r.connects...)
+		rep.Skipped = append(rep.Skipped, r.skipped...)
+		rep.Intents = append(rep.Intents, r.intents...)
+		for id, n := range r.notes {
+			notes[id] = append(notes[id], n...)
+		}
+		if r.target.Transport == volume.TransportNVMeTCP {
+			m.deps.Metrics.ObserveOutcomes(string(volume.TransportNVMeTCP), r.outcomes)
+		}
+		changed = changed || len(r.connects) > 0 || anyRemoved(r.outcomes) || len(r.intents) > 0
+	}
+	return changed
 }
 
 func anyRemoved(outs []heal.Outcome) bool {
@@ -144,102 +216,14 @@ func anyRemoved(outs []heal.Outcome) bool {
 	return false
 }
 
-// reconcile connects every endpoint of group that has no present
-// controller. Present is any state but deleting or dead, minus what this
-// tick removed: a controller the kernel is reconnecting is left to it.
-func (m *Monitor) reconcile(ctx context.Context, idx *nvme.Index, removed map[nvme.ControllerName]bool, n *volume.NVMeTCP, group []volume.Endpoint) (connected, skipped []string) {
-	for _, ep := range group {
-		present := false
-		for _, c := range idx.ControllersTo(n.NQN, ep) {
-			if !removed[c.Name] {
-				present = true
-			}
-		}
-		if present {
-			continue
-		}
-		key := n.NQN + " " + ep.String()
-		if m.deps.Policy.Mode() != heal.ModeRepair {
-			skipped = append(skipped, fmt.Sprintf("%s: %s mode: would reconnect", ep, m.deps.Policy.Mode()))
-			continue
-		}
-		now := m.deps.Clock.Now()
-		if ok, until, lastErr := m.back.ready(key, now); !ok {
-			skipped = append(skipped, fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format(time.TimeOnly), lastErr))
-			continue
-		}
-		if err := m.connect(ctx, idx.Host(), n, ep); err != nil {
-			until := m.back.failure(key, now, err)
-			klog.InfoS("Path not reconnected", "nqn", n.NQN, "endpoint", ep.String(), "err", err.Error(), "retryAt", until.Format(time.RFC3339))
-			skipped = append(skipped, fmt.Sprintf("%s: %v", ep, err))
-			continue
-		}
-		m.back.success(key)
-		connected = append(connected, key)
-	}
-	return connected, skipped
-}
-
-// connect probes the endpoint, then connects it within ConnectTimeout,
-// holding one of MaxConnects slots. Secrets for DH-HMAC-CHAP come from a
-// live sibling controller's sysfs attributes: records never hold secrets,
-// and the kernel keeps the ones NodeStage gave it.
-func (m *Monitor) connect(ctx context.Context, host *nvme.Host, n *volume.NVMeTCP, ep volume.Endpoint) error {
-	select {
-	case m.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-m.sem }()
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
-	defer cancel()
-	if err := m.deps.Prober.Reachable(cctx, ep.String()); err != nil {
-		return fmt.Errorf("unreachable: %w", err)
-	}
-	secrets := siblingSecrets(m, host, n.NQN)
-	_, err := m.deps.Connector.Connect(cctx, nvme.ConnectOptions(n, ep, m.deps.Host, secrets))
-	if err == nil {
-		klog.InfoS("Reconnected path", "nqn", n.NQN, "endpoint", ep.String())
-	}
-	return err
-}
-
-// siblingSecrets reads the DH-HMAC-CHAP secrets of a controller of the
-// same subsystem; empty when none has any.
-func siblingSecrets(m *Monitor, host *nvme.Host, nqn string) volume.Secrets {
-	var s volume.Secrets
-	for _, c := range host.Controllers {
-		if c.SubsysNQN != nqn {
-			continue
-		}
-		dir := "class/nvme/" + string(c.Name) + "/"
-		if v, ok, _ := m.deps.SysFS.ReadOptionalAttr(dir + "dhchap_secret"); ok && v != "none" {
-			s.DHCHAPSecret = v
-		}
-		if v, ok, _ := m.deps.SysFS.ReadOptionalAttr(dir + "dhchap_ctrl_secret"); ok && v != "none" {
-			s.DHCHAPCtrlSecret = v
-		}
-		if s.DHCHAPSecret != "" {
-			return s
-		}
-	}
-	return s
-}
-
-// updateStatus records what the tick saw per volume and feeds the path
-// metrics.
-func (m *Monitor) updateStatus(idx *nvme.Index, exps []nvme.Expectation, rep *Report, notes map[string][]string) {
-	host := idx.Host()
+// updateStatus records what the tick saw per staged volume and feeds the
+// path metrics. Notes of a volume a job did not report on this tick are
+// kept from the last tick that had some.
+func (m *Monitor) updateStatus(idx *nvme.Index, exps []nvme.Expectation, notes map[string][]string) {
 	status := map[string]VolumeStatus{}
 	for _, e := range exps {
 		pr := idx.ReportPaths(e)
-		st := VolumeStatus{Paths: pr, Notes: notes[e.VolumeID]}
-		for _, o := range rep.Outcomes {
-			if nvme.Concerns(host, o.Defect, e) {
-				st.Notes = append(st.Notes, fmt.Sprintf("%s %s: %s", o.Defect.Kind, verdictWord(o.Verdict), o.Reason))
-			}
-		}
-		status[e.VolumeID] = st
+		status[e.VolumeID] = VolumeStatus{Paths: pr, Notes: notes[e.VolumeID]}
 		m.deps.Metrics.SetVolumePaths(e.VolumeID, string(volume.TransportNVMeTCP), pr.Expected, pr.Live, pr.Optimized)
 	}
 	m.mu.Lock()
@@ -268,18 +252,18 @@ func (m *Monitor) forgetAll() {
 		m.deps.Metrics.ForgetVolume(id)
 	}
 	m.status = map[string]VolumeStatus{}
-	m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), nil)
 }
 
 // reportOrphans logs, once per volume, records whose staging path is gone:
 // the volume was probably unstaged while pathmend was down. They are kept
-// and still healed: only NodeUnstage removes a record.
+// and still healed: only NodeUnstage (or the reconciliation of an
+// interrupted intent) removes a record.
 func (m *Monitor) reportOrphans(recs []volume.Record, rep *Report) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen := map[string]bool{}
 	for _, r := range recs {
-		if r.StagingPath == "" || m.deps.PathExists(r.StagingPath) {
+		if r.State != volume.StateStaged || r.StagingPath == "" || m.deps.PathExists(r.StagingPath) {
 			continue
 		}
 		seen[r.VolumeID] = true
@@ -289,4 +273,18 @@ func (m *Monitor) reportOrphans(recs []volume.Record, rep *Report) {
 		}
 	}
 	m.orphans = seen
+}
+
+// reportUnreadable logs each record file that cannot be read (once per
+// change of what is wrong with it) and lists them in the report. Nothing
+// of a target such a file may belong to is torn down (intent.Lease).
+func (m *Monitor) reportUnreadable(l volume.Listing, rep *Report) {
+	for _, u := range l.Unreadable {
+		rep.Unreadable = append(rep.Unreadable, u.Path)
+		if m.gate.Should(u.Path, u.Err.Error()) {
+			klog.ErrorS(u, "Staged-volume record cannot be read: no teardown of its target until it is readable or removed (docs/state.md)",
+				"file", u.Path, "volumeID", u.VolumeID, "target", u.Target.String())
+		}
+	}
+	m.gate.Prune()
 }

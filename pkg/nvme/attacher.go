@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
@@ -36,8 +37,9 @@ type AttacherConfig struct {
 	Host      fabrics.HostIdentity
 	// Policy is the process's one heal policy.
 	Policy *heal.Policy
-	// Records lists the staged volumes (for the detach blast radius).
-	Records func() ([]volume.Record, error)
+	// Clock times the waits for a namespace and a resize; the real clock
+	// when nil.
+	Clock clock.Clock
 	// AttachWait bounds the wait for the namespace head after connecting
 	// (default 15 s); ConnectTimeout bounds one connect (default 30 s).
 	AttachWait     time.Duration
@@ -57,8 +59,8 @@ type Attacher struct {
 
 // NewAttacher validates cfg and fills in defaults.
 func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
-	if cfg.Connector == nil || cfg.Policy == nil || cfg.Records == nil || cfg.DevRoot == "" || cfg.SysFS.Root() == "" {
-		return nil, errors.New("nvme attacher: sysfs, dev root, connector, policy and records are required")
+	if cfg.Connector == nil || cfg.Policy == nil || cfg.DevRoot == "" || cfg.SysFS.Root() == "" {
+		return nil, errors.New("nvme attacher: sysfs, dev root, connector and policy are required")
 	}
 	if cfg.Host.NQN == "" || cfg.Host.ID == "" {
 		return nil, errors.New("nvme attacher: host NQN and host ID are required")
@@ -71,6 +73,9 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 100 * time.Millisecond
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	return &Attacher{cfg: cfg}, nil
 }
@@ -106,29 +111,50 @@ func OrderedEndpoints(n *volume.NVMeTCP) (optimized, others []volume.Endpoint) {
 	return optimized, others
 }
 
-// Attach connects the volume's paths and returns its verified device. When
-// it fails, the controllers this call connected are disconnected again
-// (unless another staged volume uses the subsystem), so a failed NodeStage
-// leaves no half-attached volume behind. Errors a later retry may not have
-// wrap volume.ErrUnavailable.
-func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume.Device, error) {
+// created is what one Attach call connected: controller names of one
+// subsystem, in connect order.
+type created struct {
+	nqn   string
+	ctrls []string
+}
+
+func (c *created) String() string { return "controllers " + strings.Join(c.ctrls, ",") }
+
+// createdOf wraps the controllers a call connected; nil when none.
+func createdOf(nqn string, ctrls []string) volume.Created {
+	if len(ctrls) == 0 {
+		return nil
+	}
+	return &created{nqn: nqn, ctrls: slices.Clone(ctrls)}
+}
+
+// Attach connects the volume's paths and returns its verified device and
+// the controllers this call connected. When it fails, the attachment
+// still names the controllers it connected, for Undo: a failed NodeStage
+// leaves no half-attached volume behind. The repair it may run spares
+// req.CoTenants (sysfs shows their namespaces) and tears nothing down
+// while req.CoTenants.Err is set. Errors a later retry may not have wrap
+// volume.ErrUnavailable.
+func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume.Attachment, error) {
+	att := volume.Attachment{VolumeID: req.VolumeID, Context: req.Context}
 	n := req.Context.NVMe
 	if n == nil {
-		return volume.Device{}, errors.New("nvme attacher: volume context is not nvme-tcp")
+		return att, errors.New("nvme attacher: volume context is not nvme-tcp")
 	}
 	exp := expectationOf(req.VolumeID, n)
 	created, err := a.connectOnce(ctx, n, req.Secrets)
+	att.Created = createdOf(n.NQN, created)
 	if err != nil {
-		return volume.Device{}, fmt.Errorf("%w: %w", volume.ErrUnavailable, err)
+		return att, fmt.Errorf("%w: %w", volume.ErrUnavailable, err)
 	}
 	dev, locErr := a.waitDevice(ctx, exp)
 	defects, err := a.defectsOf(exp)
 	if err != nil {
-		a.undo(req.VolumeID, n, created)
-		return volume.Device{}, err
+		return att, err
 	}
 	if locErr == nil && len(defects) == 0 {
-		return dev, nil
+		att.Device = dev
+		return att, nil
 	}
 	// The "already connected but unusable" state: connecting again
 	// changes nothing, so repair once through the policy, then connect
@@ -138,7 +164,12 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 		level = 2 // usable already: the repair is about a path, not the stage
 	}
 	klog.V(level).InfoS("Volume not fully usable after connect; trying one repair", "volumeID", req.VolumeID, "nqn", n.NQN, "lookup", errString(locErr), "defects", len(defects))
-	repairer := &Repairer{Detacher: a.cfg.Connector, Rescanner: a.cfg.Connector, SysFS: a.cfg.SysFS, Expectations: []Expectation{exp}}
+	if err := req.CoTenants.Err(); err != nil {
+		for i := range defects {
+			defects[i].Blocked = err.Error()
+		}
+	}
+	repairer := &Repairer{Detacher: a.cfg.Connector, Rescanner: a.cfg.Connector, SysFS: a.cfg.SysFS, Expectations: []Expectation{exp}, Clock: a.cfg.Clock}
 	outs := a.cfg.Policy.Heal(ctx, defects, repairer)
 	for _, o := range outs {
 		for _, p := range o.Removed {
@@ -147,52 +178,56 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 	}
 	more, err := a.connectOnce(ctx, n, req.Secrets)
 	created = append(created, more...)
+	att.Created = createdOf(n.NQN, created)
 	if err != nil {
-		a.undo(req.VolumeID, n, created)
-		return volume.Device{}, fmt.Errorf("%w: %w (after %s)", volume.ErrUnavailable, err, summarize(outs))
+		return att, fmt.Errorf("%w: %w (after %s)", volume.ErrUnavailable, err, summarize(outs))
 	}
 	dev, locErr = a.waitDevice(ctx, exp)
 	if locErr != nil {
-		a.undo(req.VolumeID, n, created)
-		return volume.Device{}, fmt.Errorf("%w: volume %s: %w (after %s)", volume.ErrUnavailable, req.VolumeID, locErr, summarize(outs))
+		return att, fmt.Errorf("%w: volume %s: %w (after %s)", volume.ErrUnavailable, req.VolumeID, locErr, summarize(outs))
 	}
-	return dev, nil
+	att.Device = dev
+	return att, nil
 }
 
-// undo disconnects the controllers a failed Attach connected, unless
-// another staged volume lives in the same subsystem (they are its paths
-// too).
-func (a *Attacher) undo(volumeID string, n *volume.NVMeTCP, created []string) {
-	if len(created) == 0 {
-		return
+// Undo disconnects the controllers one Attach connected (att.Created) and
+// nothing else, unless a co-tenant record names the subsystem (they are
+// its paths too, or will be). A controller that is gone, or whose name
+// the kernel has given to another subsystem's controller since, is left
+// alone. It returns an error when a controller it should remove stays:
+// co.Err forbids any teardown, or a disconnect failed.
+func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.CoTenants) error {
+	c, _ := att.Created.(*created)
+	if c == nil || len(c.ctrls) == 0 {
+		return nil
 	}
-	if sharers, _ := a.sharers(volumeID, n.NQN); len(sharers) > 0 {
-		klog.InfoS("Failed attach leaves its controllers: other staged volumes use the subsystem", "volumeID", volumeID, "nqn", n.NQN, "volumes", strings.Join(sharers, ","))
-		return
+	if err := co.Err(); err != nil {
+		return fmt.Errorf("keep %s of %s: %w", c, c.nqn, err)
 	}
-	for _, c := range created {
-		if err := a.cfg.Connector.Disconnect(c); err != nil {
-			klog.ErrorS(err, "Rollback: disconnect failed", "volumeID", volumeID, "controller", c)
+	if users := co.IDs(); len(users) > 0 {
+		klog.InfoS("Undo leaves the controllers it connected: other volumes use the subsystem", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","), "volumes", strings.Join(users, ","))
+		return nil
+	}
+	h, err := Read(a.cfg.SysFS)
+	if err != nil {
+		return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
+	}
+	var errs []error
+	for _, name := range c.ctrls {
+		ctrl, ok := h.Controller(ControllerName(name))
+		if !ok || ctrl.SubsysNQN != c.nqn {
+			continue // gone, or the name is another subsystem's now
+		}
+		if err := a.cfg.Connector.Disconnect(name); err != nil {
+			errs = append(errs, fmt.Errorf("disconnect %s: %w", name, err))
+			continue
 		}
 	}
-	klog.V(2).InfoS("Rolled back a failed attach", "volumeID", volumeID, "controllers", strings.Join(created, ","))
-}
-
-// sharers lists the other staged volumes of subsystem nqn. Unreadable
-// records do not hide the readable ones; it fails only when none could be
-// read.
-func (a *Attacher) sharers(volumeID, nqn string) ([]string, error) {
-	recs, err := a.cfg.Records()
-	if err != nil && len(recs) == 0 {
-		return nil, fmt.Errorf("list staged volumes: %w", err)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
 	}
-	var out []string
-	for _, r := range recs {
-		if r.VolumeID != volumeID && r.Context.NVMe != nil && r.Context.NVMe.NQN == nqn {
-			out = append(out, r.VolumeID)
-		}
-	}
-	return out, nil
+	klog.V(2).InfoS("Undid an attach", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","))
+	return nil
 }
 
 // connectOnce connects every endpoint that has no controller yet,
@@ -238,19 +273,19 @@ func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.
 // waitDevice polls sysfs until the volume's namespace has a device node
 // and a usable path, or AttachWait passes.
 func (a *Attacher) waitDevice(ctx context.Context, exp Expectation) (volume.Device, error) {
-	deadline := time.Now().Add(a.cfg.AttachWait)
+	start := a.cfg.Clock.Now()
 	for {
 		dev, err := a.device(exp)
 		if err == nil {
 			return dev, nil
 		}
-		if time.Now().After(deadline) {
+		if a.cfg.Clock.Since(start) >= a.cfg.AttachWait {
 			return volume.Device{}, err
 		}
 		select {
 		case <-ctx.Done():
 			return volume.Device{}, ctx.Err()
-		case <-time.After(a.cfg.Poll):
+		case <-a.cfg.Clock.After(a.cfg.Poll):
 		}
 	}
 }
@@ -271,9 +306,16 @@ func (a *Attacher) device(exp Expectation) (volume.Device, error) {
 	if loc.Namespace.Sectors == 0 {
 		return volume.Device{}, fmt.Errorf("namespace %s reports size 0", loc.Device)
 	}
+	// The device number identifies this device: a later head of the same
+	// name is another device. Optional: older captures lack it.
+	num, _, err := a.cfg.SysFS.ReadOptionalAttr("block/" + string(loc.Device) + "/dev")
+	if err != nil {
+		return volume.Device{}, err
+	}
 	return volume.Device{
 		Path:      filepath.Join(a.cfg.DevRoot, string(loc.Device)),
 		SizeBytes: int64(loc.Namespace.Sectors) * 512,
+		Number:    num,
 	}, nil
 }
 
@@ -309,20 +351,20 @@ func Concerns(h *Host, d heal.Defect, exp Expectation) bool {
 	return false
 }
 
-// Detach disconnects the volume's controllers unless another staged
-// volume's namespace lives in the same subsystem: its controllers are the
-// paths of that volume too.
-func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
+// Detach disconnects the volume's controllers unless a co-tenant record
+// names the same subsystem: its controllers are that volume's paths too
+// (or will be, for an attaching one). It tears nothing down while co.Err
+// is set. Detaching a volume with no controllers is not an error.
+func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTenants) error {
 	n := rec.Context.NVMe
 	if n == nil {
 		return errors.New("nvme attacher: record is not nvme-tcp")
 	}
-	sharers, err := a.sharers(rec.VolumeID, n.NQN)
-	if err != nil {
-		return err
+	if err := co.Err(); err != nil {
+		return fmt.Errorf("detach %s: %w", rec.VolumeID, err)
 	}
-	if len(sharers) > 0 {
-		klog.InfoS("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other staged volumes use the subsystem", "volumes", strings.Join(sharers, ","))
+	if users := co.IDs(); len(users) > 0 {
+		klog.InfoS("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other volumes use the subsystem", "volumes", strings.Join(users, ","))
 		return nil
 	}
 	h, err := Read(a.cfg.SysFS)
@@ -365,15 +407,15 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 			}
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	start := a.cfg.Clock.Now()
+	for a.cfg.Clock.Since(start) < 2*time.Second {
 		if dev, err := a.device(exp); err == nil && dev.SizeBytes != before.SizeBytes {
 			return dev.SizeBytes, nil
 		}
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(a.cfg.Poll):
+		case <-a.cfg.Clock.After(a.cfg.Poll):
 		}
 	}
 	return before.SizeBytes, nil

@@ -32,14 +32,7 @@ func newRig(t *testing.T) *rig {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	k := nvmetest.NewKernel(t.TempDir(), clk)
-	k.AddTarget(nvmetest.Target{
-		NQN: testNQN,
-		Namespaces: []nvmetest.Namespace{
-			{Head: 1, NSID: 1, UUID: "6a0e2d4c-0000-4000-8000-000000000001"},
-			{Head: 2, NSID: 2, UUID: "6a0e2d4c-0000-4000-8000-000000000002"},
-		},
-		Ports: map[string]string{"127.0.0.1:4420": "optimized", "127.0.0.2:4420": "non-optimized"},
-	})
+	k.AddTarget(nvmetest.SharedTarget(testNQN))
 	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +41,6 @@ func newRig(t *testing.T) *rig {
 	r.att, err = nvme.NewAttacher(nvme.AttacherConfig{
 		SysFS: k.FS(), DevRoot: "/dev", Connector: k, Policy: policy,
 		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
-		Records:    func() ([]volume.Record, error) { return r.records, nil },
 		AttachWait: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
 	})
 	if err != nil {
@@ -66,9 +58,27 @@ func nvmeVolume(nsid uint32) volume.Context {
 	}}
 }
 
+// attach attaches volume id with the rig's records as co-tenants.
 func (r *rig) attach(t *testing.T, id string, nsid uint32) (volume.Device, error) {
 	t.Helper()
-	return r.att.Attach(context.Background(), volume.AttachRequest{VolumeID: id, Context: nvmeVolume(nsid)})
+	a, err := r.attachment(t, id, nsid)
+	return a.Device, err
+}
+
+func (r *rig) attachment(t *testing.T, id string, nsid uint32) (volume.Attachment, error) {
+	t.Helper()
+	return r.att.Attach(context.Background(), volume.AttachRequest{VolumeID: id, Context: nvmeVolume(nsid), CoTenants: r.co(id)})
+}
+
+// co returns the rig's records but volumeID's.
+func (r *rig) co(volumeID string) volume.CoTenants {
+	var co volume.CoTenants
+	for _, x := range r.records {
+		if x.VolumeID != volumeID {
+			co.Records = append(co.Records, x)
+		}
+	}
+	return co
 }
 
 // preconnect makes the kernel already hold controllers to both ports, an
@@ -202,14 +212,14 @@ func TestDetach_LeavesControllersAStagedCoTenantStillUses(t *testing.T) {
 	v2 := volume.Record{VolumeID: "vol-2", Context: nvmeVolume(2)}
 	r.records = []volume.Record{v1, v2}
 	before := len(r.k.Calls())
-	if err := r.att.Detach(context.Background(), v1); err != nil {
+	if err := r.att.Detach(context.Background(), v1, r.co("vol-1")); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.k.Calls()) != before {
 		t.Fatalf("detach with a staged co-tenant tore down: %v", r.k.Calls()[before:])
 	}
 	r.records = []volume.Record{v2}
-	if err := r.att.Detach(context.Background(), v2); err != nil {
+	if err := r.att.Detach(context.Background(), v2, r.co("vol-2")); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"delete nvme1", "delete nvme0"}, r.k.Calls()[before:]); diff != "" {
@@ -233,29 +243,80 @@ func TestConditionOf(t *testing.T) {
 }
 
 // TestAttach_FailureRollsBackItsConnects: the subsystem exports nothing;
-// the attach fails as Unavailable and disconnects what it connected.
+// the attach fails as Unavailable naming the controllers it connected,
+// and Undo disconnects exactly those.
 func TestAttach_FailureRollsBackItsConnects(t *testing.T) {
 	r := newRig(t)
 	r.k.SetNamespaceEnabled(testNQN, 1, false)
 	r.k.SetNamespaceEnabled(testNQN, 2, false)
-	_, err := r.attach(t, "vol-1", 1)
+	a, err := r.attachment(t, "vol-1", 1)
 	if !errors.Is(err, volume.ErrUnavailable) || !errors.Is(err, nvme.ErrNamespaceNotFound) {
 		t.Fatalf("err = %v, want ErrUnavailable wrapping ErrNamespaceNotFound", err)
+	}
+	if a.Created == nil || a.Created.String() != "controllers nvme0,nvme1" {
+		t.Fatalf("created = %v, want controllers nvme0,nvme1", a.Created)
+	}
+	if err := r.att.Undo(context.Background(), a, r.co("vol-1")); err != nil {
+		t.Fatal(err)
 	}
 	want := []string{"connect 127.0.0.1:4420", "connect 127.0.0.2:4420", "delete nvme0", "delete nvme1"}
 	if diff := cmp.Diff(want, r.k.Calls()); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
-	// With another staged volume in the subsystem, its paths stay.
+	// With another volume in the subsystem, its paths stay.
 	r2 := newRig(t)
 	r2.records = []volume.Record{{VolumeID: "vol-2", Context: nvmeVolume(2)}}
 	r2.k.SetNamespaceEnabled(testNQN, 1, false)
-	if _, err := r2.attach(t, "vol-1", 1); err == nil {
+	a, err = r2.attachment(t, "vol-1", 1)
+	if err == nil {
 		t.Fatal("attach of a missing namespace succeeded")
+	}
+	if err := r2.att.Undo(context.Background(), a, r2.co("vol-1")); err != nil {
+		t.Fatal(err)
 	}
 	for _, c := range r2.k.Calls() {
 		if strings.HasPrefix(c, "delete") {
 			t.Errorf("rolled back controllers a staged co-tenant uses: %v", r2.k.Calls())
 		}
+	}
+}
+
+// TestUndo_TakesOnlyItsOwnControllers: Undo keeps everything while a
+// record that may be the subsystem's cannot be read, and never deletes a
+// controller whose name the kernel has since given to another subsystem.
+func TestUndo_TakesOnlyItsOwnControllers(t *testing.T) {
+	r := newRig(t)
+	r.k.SetNamespaceEnabled(testNQN, 1, false)
+	r.k.SetNamespaceEnabled(testNQN, 2, false)
+	a, err := r.attachment(t, "vol-1", 1)
+	if err == nil {
+		t.Fatal("attach of a missing namespace succeeded")
+	}
+	blocked := volume.CoTenants{Unreadable: []*volume.RecordError{{Path: "/state/volumes/vol-x.json", Err: errors.New("written by a newer pathmend (version 3)")}}}
+	before := len(r.k.Calls())
+	if err := r.att.Undo(context.Background(), a, blocked); !errors.Is(err, volume.ErrTeardownBlocked) {
+		t.Fatalf("Undo with an unreadable record: %v, want blocked", err)
+	}
+	if calls := r.k.Calls()[before:]; len(calls) != 0 {
+		t.Fatalf("Undo tore down %v while blocked", calls)
+	}
+
+	// nvme0 goes away on its own and its name is given to a controller of
+	// another subsystem; Undo removes only nvme1.
+	if err := r.k.Disconnect("nvme0"); err != nil {
+		t.Fatal(err)
+	}
+	const other = "nqn.2014-08.io.pathmend.test:other"
+	r.k.AddTarget(nvmetest.Target{NQN: other, Namespaces: []nvmetest.Namespace{{Head: 1, NSID: 1}}, Ports: map[string]string{"127.0.0.9:4420": "optimized"}})
+	r.k.Reuse(0)
+	if _, err := r.k.Connect(context.Background(), fabrics.Options{Transport: "tcp", Traddr: "127.0.0.9", Trsvcid: "4420", NQN: other}); err != nil {
+		t.Fatal(err)
+	}
+	before = len(r.k.Calls())
+	if err := r.att.Undo(context.Background(), a, volume.CoTenants{}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"delete nvme1"}, r.k.Calls()[before:]); diff != "" {
+		t.Errorf("Undo (-want +got):\n%s", diff)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -38,6 +39,8 @@ type Repairer struct {
 	RescanWait time.Duration
 	// Poll is the interval of that wait (default 100 ms).
 	Poll time.Duration
+	// Clock times the wait; the real clock when nil.
+	Clock clock.Clock
 }
 
 var _ heal.Repairer = (*Repairer)(nil)
@@ -83,17 +86,19 @@ func (r *Repairer) rescan(ctx context.Context, d heal.Defect) (cured bool, err e
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
 	}
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
+	clk := r.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	start := clk.Now()
 	for {
+		if clk.Since(start) >= wait {
+			return false, nil
+		}
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case <-deadline.C:
-			return false, nil
-		case <-tick.C:
+		case <-clk.After(poll):
 		}
 		h, err := Read(r.SysFS)
 		if err != nil {

@@ -17,6 +17,33 @@ type AttachRequest struct {
 	// ReadOnly is set when every access mode of the capability is
 	// read-only.
 	ReadOnly bool
+	// CoTenants are the other volumes of the volume's target, as the
+	// node's intent owner read them under the target's lock: a repair or
+	// rollback during the attach never takes what they use, and tears
+	// nothing down while CoTenants.Err is set.
+	CoTenants CoTenants
+}
+
+// Attachment is what one Attach call made present: the verified device,
+// and what the call itself created on the host (Created), so that an
+// undo removes exactly that and nothing that existed before the call.
+type Attachment struct {
+	// VolumeID and Context are the request's.
+	VolumeID string
+	Context  Context
+	// Device is the verified block device; zero when the attach failed.
+	Device Device
+	// Created is what this call created, in its transport's terms; nil
+	// when it created nothing (everything existed already).
+	Created Created
+}
+
+// Created is what one Attach call created on the host — NVMe controllers,
+// iSCSI sessions and node records — private to the transport that made it
+// and handed back to the same transport's Undo. String names the objects
+// for log lines, e.g. "controllers nvme2,nvme3".
+type Created interface {
+	String() string
 }
 
 // ErrUnavailable marks an attach that cannot succeed right now but may
@@ -31,6 +58,9 @@ type Device struct {
 	Path string
 	// SizeBytes is the size of the device as the kernel reports it.
 	SizeBytes int64
+	// Number is the device number as sysfs publishes it in
+	// block/<dev>/dev ("259:3"); empty when the transport did not read it.
+	Number string
 }
 
 // HealthStatus grades the paths of a staged volume.

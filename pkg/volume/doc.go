@@ -18,10 +18,16 @@
 //
 // # Staged-volume records
 //
-// Store keeps one Record per staged volume under
-// <dir>/volumes/vol-<hash>.json, so a restarted plugin knows what it
-// attached, where, and which paths each volume expects. There is no
-// in-memory cache: every call reads or writes the disk.
+// Store keeps one Record per volume under <dir>/volumes/vol-<hash>.json,
+// so a restarted plugin knows what it attached or may have attached, in
+// which lifecycle State (attaching, staged, detaching), where, and which
+// paths each volume expects. There is no in-memory cache: every call reads
+// or writes the disk. Only the intent owner (pkg/intent) uses it. Scan
+// returns the records it could read and a *RecordError per file it could
+// not, with the volume and Target (an NQN, an IQN) the file's envelope
+// names when it can be decoded that far: a record of a newer version is
+// "written by a newer pathmend", never absent. CoTenants is what an
+// attacher is told about a target's other volumes.
 //
 // # What this package does not do
 //
@@ -41,6 +47,9 @@
 //     Context equal to c.
 //   - Store.Put is atomic: after a crash a record is the old or the new one,
 //     never partial. Leftover temporary files are ignored by List.
+//   - Store.Put never writes a record Get could not read back (the read
+//     cap, a known state).
+//   - Every record version keeps the envelope (RecordVersion).
 //   - A record is always written in the normalized form Parse returns.
 //   - Put never writes a record Get cannot read back: it refuses one larger
 //     than the read bound, with more than MaxPublications publications, or

@@ -17,9 +17,41 @@ const (
 	AccessBlock AccessType = "block"
 )
 
-// RecordVersion is the record format Put writes and Get and List accept.
-// A change that an older plugin would misread must bump it.
-const RecordVersion = 1
+// RecordVersion is the record format Put writes. Get and List read every
+// version up to it (version 1 records, written before records had a state,
+// read as StateStaged) and refuse a newer one as written by a newer
+// pathmend, naming its target when the envelope says. A change that an
+// older plugin would misread must bump it, and every version keeps the
+// envelope: "version", "volumeID", "context.transport", "context.nvme.nqn"
+// and "context.iscsi.iqn" at these paths with these meanings.
+const RecordVersion = 2
+
+// State is where a volume is in its node lifecycle. The state is on disk
+// before the kernel is touched, so a crash at any point leaves a record
+// that says what may exist (docs/state.md).
+type State string
+
+const (
+	// StateAttaching is written before the first connect or login of a
+	// NodeStage: paths, sessions or node records of the volume may exist,
+	// and its device may be formatted or mounted at the staging path.
+	StateAttaching State = "attaching"
+	// StateStaged is written when NodeStage succeeded.
+	StateStaged State = "staged"
+	// StateDetaching is written before the first teardown of a
+	// NodeUnstage, after the staging path was unmounted: nothing of the
+	// volume is in use, and some of its paths may be gone already.
+	StateDetaching State = "detaching"
+)
+
+// Known reports whether s is one of the states above.
+func (s State) Known() bool {
+	switch s {
+	case StateAttaching, StateStaged, StateDetaching:
+		return true
+	}
+	return false
+}
 
 // Record is what the plugin knows about one staged volume: enough for a
 // restarted plugin to find, verify and tear down what it attached, and for
@@ -30,6 +62,12 @@ type Record struct {
 	Version int `json:"version"`
 	// VolumeID is the CSI volume ID, any non-empty UTF-8 string.
 	VolumeID string `json:"volumeID"`
+	// State is the volume's lifecycle state (version 2; a version 1
+	// record reads as StateStaged).
+	State State `json:"state"`
+	// StateSince is when the record entered State, from the writer's
+	// clock (a version 1 record reads StagedAt).
+	StateSince time.Time `json:"stateSince"`
 	// Context is the parsed volume context the volume was staged with.
 	Context Context `json:"context"`
 	// StagingPath is the staging target path given by kubelet.
@@ -43,6 +81,10 @@ type Record struct {
 	// Device is the verified block device path, e.g. /dev/nvme0n1. It may be
 	// empty in a record written before the device was found.
 	Device string `json:"device"`
+	// DevNum is the device's number as sysfs publishes it ("259:3"),
+	// read when the device was verified; empty when the transport did
+	// not read it. A later device of the same name is not this one.
+	DevNum string `json:"devNum,omitempty"`
 	// ReadOnly is set when the volume was staged with a read-only access
 	// mode (its staging mount is read-only).
 	ReadOnly bool `json:"readOnly,omitempty"`
@@ -69,6 +111,9 @@ type Publication struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
+// Target is the record's target (its context's).
+func (r Record) Target() Target { return r.Context.Target() }
+
 // ErrNotFound is wrapped by Store.Get when a volume has no record.
 var ErrNotFound = errors.New("no staged-volume record")
 
@@ -76,6 +121,9 @@ var ErrNotFound = errors.New("no staged-volume record")
 func (r Record) check() error {
 	if r.VolumeID == "" {
 		return errors.New("empty volume ID")
+	}
+	if !r.State.Known() {
+		return fmt.Errorf("volume %q: unknown state %q", r.VolumeID, r.State)
 	}
 	// encoding/json would silently replace invalid UTF-8, and Get would then
 	// no longer find the record under the ID it was put with.

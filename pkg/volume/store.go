@@ -74,11 +74,13 @@ func (s *Store) Dir() string { return s.dir }
 // never a mix. The file mode is 0600. An error after the rename (the
 // directory fsync) leaves the new record in place but not yet durable.
 // The record is written with Version RecordVersion. Put rejects a
-// record without VolumeID (or not valid UTF-8), with an unknown AccessType,
+// record without VolumeID (or not valid UTF-8), with an unknown State or
+// AccessType,
 // with file system settings on a block volume, with an empty or repeated
 // publication target path or more than MaxPublications of them, with a
 // path that is not valid UTF-8, whose Context Parse would not have
-// produced, or whose encoding is larger than Get reads.
+// produced, or whose encoding is larger than Get reads: a record is never
+// written that Get could not read back.
 func (s *Store) Put(r Record) error {
 	if err := r.check(); err != nil {
 		return fmt.Errorf("put staged-volume record: %w", err)
@@ -199,9 +201,16 @@ func checkStampName(name string) error {
 	return nil
 }
 
+// RecordPath is the file that holds (or would hold) the record of
+// volumeID, for messages and for an operator.
+func (s *Store) RecordPath(volumeID string) string {
+	return filepath.Join(s.records, recordName(volumeID))
+}
+
 // Get returns the record of volumeID. A missing record is an error wrapping
-// ErrNotFound; an unreadable, corrupt or foreign record is an error naming
-// the file.
+// ErrNotFound; an unreadable, corrupt, foreign or newer record is a
+// *RecordError naming the file (wrapping ErrUnreadableRecord), never
+// ErrNotFound.
 func (s *Store) Get(volumeID string) (Record, error) {
 	path := filepath.Join(s.records, recordName(volumeID))
 	r, err := readRecord(path)
@@ -213,7 +222,7 @@ func (s *Store) Get(volumeID string) (Record, error) {
 	}
 	// Only a SHA-256 prefix collision or a file copied by hand gets here.
 	if r.VolumeID != volumeID {
-		return Record{}, fmt.Errorf("staged-volume record %s: holds volume %q, not %q", path, r.VolumeID, volumeID)
+		return Record{}, &RecordError{Path: path, VolumeID: r.VolumeID, Target: r.Target(), Err: fmt.Errorf("holds volume %q, not %q", r.VolumeID, volumeID)}
 	}
 	return r, nil
 }
@@ -240,31 +249,50 @@ func (s *Store) Delete(volumeID string) error {
 // Temporary files left by an interrupted Put are ignored. Only a failure
 // to read the directory itself returns no records.
 func (s *Store) List() ([]Record, error) {
+	l, err := s.Scan()
+	if err != nil {
+		return nil, err
+	}
+	return l.Records, l.Err()
+}
+
+// Scan reads every record file: the records it could read, sorted by
+// VolumeID, and a *RecordError per file it could not (with the volume and
+// target the file's envelope names, when it names them), sorted by path.
+// Temporary files left by an interrupted Put are ignored. The error is
+// only a failure to read the directory itself.
+func (s *Store) Scan() (Listing, error) {
 	entries, err := os.ReadDir(s.records)
 	if err != nil {
-		return nil, fmt.Errorf("list staged-volume records: %w", err)
+		return Listing{}, fmt.Errorf("list staged-volume records: %w", err)
 	}
-	var (
-		records []Record
-		errs    []error
-	)
+	var l Listing
 	for _, e := range entries {
 		if !isRecordName(e.Name()) {
 			continue
 		}
 		path := filepath.Join(s.records, e.Name())
 		r, err := readRecord(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since the directory was read
+		}
 		if err == nil && recordName(r.VolumeID) != e.Name() {
-			err = fmt.Errorf("staged-volume record %s: holds volume %q, whose record is %s", path, r.VolumeID, recordName(r.VolumeID))
+			err = &RecordError{Path: path, VolumeID: r.VolumeID, Target: r.Target(),
+				Err: fmt.Errorf("holds volume %q, whose record is %s", r.VolumeID, recordName(r.VolumeID))}
 		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		var re *RecordError
+		switch {
+		case errors.As(err, &re):
+			l.Unreadable = append(l.Unreadable, re)
+		case err != nil:
+			l.Unreadable = append(l.Unreadable, &RecordError{Path: path, Err: err})
+		default:
+			l.Records = append(l.Records, r)
 		}
-		records = append(records, r)
 	}
-	slices.SortFunc(records, func(a, b Record) int { return strings.Compare(a.VolumeID, b.VolumeID) })
-	return records, errors.Join(errs...)
+	slices.SortFunc(l.Records, func(a, b Record) int { return strings.Compare(a.VolumeID, b.VolumeID) })
+	slices.SortFunc(l.Unreadable, func(a, b *RecordError) int { return strings.Compare(a.Path, b.Path) })
+	return l, nil
 }
 
 // Writable checks that records can be written, for the Probe RPC and
@@ -293,32 +321,84 @@ func (s *Store) Writable() error {
 	return nil
 }
 
-// readRecord reads and decodes one record file. Errors name the file.
+// envelope is the part of a record every version keeps at the same JSON
+// paths (see RecordVersion): enough to tell whose record an unreadable
+// file is.
+type envelope struct {
+	Version  int    `json:"version"`
+	VolumeID string `json:"volumeID"`
+	Context  struct {
+		Transport Transport `json:"transport"`
+		NVMe      *struct {
+			NQN string `json:"nqn"`
+		} `json:"nvme"`
+		ISCSI *struct {
+			IQN string `json:"iqn"`
+		} `json:"iscsi"`
+	} `json:"context"`
+}
+
+func (e envelope) target() Target {
+	c := e.Context
+	switch {
+	case c.Transport == TransportNVMeTCP && c.NVMe != nil && c.NVMe.NQN != "":
+		return Target{Transport: c.Transport, Name: c.NVMe.NQN}
+	case c.Transport == TransportISCSI && c.ISCSI != nil && c.ISCSI.IQN != "":
+		return Target{Transport: c.Transport, Name: c.ISCSI.IQN}
+	}
+	return Target{}
+}
+
+// readRecord reads and decodes one record file. A file that does not
+// exist is an error wrapping fs.ErrNotExist; every other failure is a
+// *RecordError naming the file, with the volume and target its envelope
+// names when it can be decoded that far.
 func readRecord(path string) (Record, error) {
 	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, err
+	}
 	if err != nil {
-		return Record{}, fmt.Errorf("read staged-volume record %s: %w", path, err)
+		return Record{}, &RecordError{Path: path, Err: err}
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
 	if err != nil {
-		return Record{}, fmt.Errorf("read staged-volume record %s: %w", path, err)
+		return Record{}, &RecordError{Path: path, Err: err}
 	}
 	if len(data) > maxRecordSize {
-		return Record{}, fmt.Errorf("staged-volume record %s: larger than %d bytes", path, maxRecordSize)
+		return Record{}, &RecordError{Path: path, Err: fmt.Errorf("larger than %d bytes", maxRecordSize)}
+	}
+	var env envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return Record{}, &RecordError{Path: path, Err: fmt.Errorf("corrupt: %w", err)}
+	}
+	bad := func(err error) (Record, error) {
+		return Record{}, &RecordError{Path: path, VolumeID: env.VolumeID, Target: env.target(), Err: err}
+	}
+	switch {
+	case env.Version <= 0:
+		return bad(errors.New("corrupt: no version"))
+	case env.Version > RecordVersion:
+		return bad(fmt.Errorf("written by a newer pathmend (version %d); this pathmend reads versions up to %d", env.Version, RecordVersion))
 	}
 	var r Record
 	if err := json.Unmarshal(data, &r); err != nil {
-		return Record{}, fmt.Errorf("staged-volume record %s: corrupt: %w", path, err)
-	}
-	if r.Version == 0 {
-		return Record{}, fmt.Errorf("staged-volume record %s: corrupt: no version", path)
-	}
-	if r.Version != RecordVersion {
-		return Record{}, fmt.Errorf("staged-volume record %s: unsupported version %d, want %d", path, r.Version, RecordVersion)
+		return bad(fmt.Errorf("corrupt: %w", err))
 	}
 	if r.VolumeID == "" {
-		return Record{}, fmt.Errorf("staged-volume record %s: corrupt: no volume ID", path)
+		return bad(errors.New("corrupt: no volume ID"))
+	}
+	if r.Version == 1 {
+		// Version 1 knew no states: a record was written when NodeStage
+		// had succeeded.
+		if r.State != "" {
+			return bad(fmt.Errorf("corrupt: version 1 with state %q", r.State))
+		}
+		r.State, r.StateSince = StateStaged, r.StagedAt
+	}
+	if !r.State.Known() {
+		return bad(fmt.Errorf("corrupt: unknown state %q", r.State))
 	}
 	return r, nil
 }

@@ -30,6 +30,8 @@ func newTestStore(t *testing.T) *Store {
 func testRecord(volumeID string) Record {
 	return Record{
 		VolumeID:    volumeID,
+		State:       StateStaged,
+		StateSince:  time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC),
 		Context:     nvmeWant(func(n *NVMeTCP) { n.CtrlLossTmo = intp(-1) }),
 		StagingPath: "/var/lib/kubelet/plugins/kubernetes.io/csi/csi.pathmend.io/abc/globalmount",
 		AccessType:  AccessMount,
@@ -325,21 +327,22 @@ func TestStore_ForeignAndFutureRecords(t *testing.T) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatal(err)
 	}
-	r["version"], r["volumeID"] = 2, "pvc-3"
+	r["version"], r["volumeID"] = RecordVersion+1, "pvc-3"
 	future, _ := json.Marshal(r)
 	mustWrite(t, filepath.Join(dir, recordName("pvc-3")), future)
 
 	if _, err := s.Get("pvc-2"); err == nil || !strings.Contains(err.Error(), `holds volume "pvc-1", not "pvc-2"`) {
 		t.Errorf("Get(pvc-2) error = %v, want an ID mismatch", err)
 	}
-	if _, err := s.Get("pvc-3"); err == nil || !strings.Contains(err.Error(), "unsupported version 2") {
-		t.Errorf("Get(pvc-3) error = %v, want an unsupported version", err)
+	newer := fmt.Sprintf("written by a newer pathmend (version %d)", RecordVersion+1)
+	if _, err := s.Get("pvc-3"); err == nil || !strings.Contains(err.Error(), newer) || errors.Is(err, ErrNotFound) || !errors.Is(err, ErrUnreadableRecord) {
+		t.Errorf("Get(pvc-3) error = %v, want %q, never not found", err, newer)
 	}
 	recs, err := s.List()
 	if got := ids(recs); !slices.Equal(got, []string{"pvc-1"}) {
 		t.Errorf("List records = %v, want [pvc-1]", got)
 	}
-	if err == nil || !strings.Contains(err.Error(), "whose record is") || !strings.Contains(err.Error(), "unsupported version") {
+	if err == nil || !strings.Contains(err.Error(), "whose record is") || !strings.Contains(err.Error(), newer) {
 		t.Errorf("List error = %v, want the copied and the future record reported", err)
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
@@ -41,9 +42,11 @@ const (
 	DiscoverySendTargets DiscoveryMode = "sendtargets"
 )
 
-// RecordLister lists the staged-volume records (*volume.Store).
-type RecordLister interface {
-	List() ([]volume.Record, error)
+// AttrWriter writes a sysfs attribute; sysfs.FS implements it. The
+// attacher's writes (a LUN disk's device/delete and device/rescan) go
+// through it, so a fake kernel can act on them.
+type AttrWriter interface {
+	WriteAttr(rel, value string) error
 }
 
 // SessionClocks tells how long the observer has seen a session out of
@@ -60,9 +63,8 @@ type AttacherConfig struct {
 	DevRoot string
 	// Initiator runs iscsiadm and multipath. Required.
 	Initiator *iscsi.Initiator
-	// Records lists the staged volumes, for the co-tenant gate of Detach.
-	// Required.
-	Records RecordLister
+	// Writer writes sysfs attributes; Sys when nil.
+	Writer AttrWriter
 	// Iface is the open-iscsi iface; iscsi.DefaultIface when empty.
 	Iface string
 	// Discovery is static (default) or sendtargets.
@@ -91,24 +93,22 @@ type AttacherConfig struct {
 	Resolver iscsi.Resolver
 	// Clocks, when set, lets Health say how long a session has been down.
 	Clocks SessionClocks
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Clock times the waits for disks and maps; the real clock when nil.
+	Clock clock.Clock
+	// VerifyNode checks that the device node at path is the block device
+	// whose sysfs dev attribute is devt ("8:0"); a stat of the node when
+	// nil. A fake host whose /dev holds plain files injects its own.
+	VerifyNode func(path, devt string) error
 }
 
 // Attacher attaches iSCSI volumes: it logs in to every portal of the
 // volume, finds the LUN's disks and the dm-multipath map over them, and
 // verifies them before handing the device out. It implements
-// driver.Attacher and is safe for concurrent use.
+// driver.Attacher. It keeps no state: co-tenants come with each call from
+// the node's intent owner, whose target lease serializes Attach, Undo and
+// Detach of one target (the callers hold it).
 type Attacher struct {
 	cfg AttacherConfig
-
-	// targets serializes attach and detach per target IQN, so a rollback
-	// or detach never logs out a session a concurrent attach relies on.
-	targets iscsi.KeyedLocks
-	// attached holds the volumes attached by this process whose record
-	// the driver may not have written yet (it writes after Attach).
-	mu       sync.Mutex
-	attached map[string]volume.ISCSI
 	// checkNode verifies a device node against the sysfs dev attribute;
 	// tests that cannot create device nodes replace it.
 	checkNode func(path, devt string) error
@@ -125,8 +125,6 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 		return nil, errors.New("iscsi attacher: no device root")
 	case cfg.Initiator == nil:
 		return nil, errors.New("iscsi attacher: no initiator")
-	case cfg.Records == nil:
-		return nil, errors.New("iscsi attacher: no record lister")
 	}
 	switch cfg.Discovery {
 	case "":
@@ -159,10 +157,16 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 	if cfg.Resolver == nil {
 		cfg.Resolver = net.DefaultResolver
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
-	return &Attacher{cfg: cfg, attached: map[string]volume.ISCSI{}, checkNode: checkBlockNode}, nil
+	if cfg.Writer == nil {
+		cfg.Writer = cfg.Sys
+	}
+	if cfg.VerifyNode == nil {
+		cfg.VerifyNode = checkBlockNode
+	}
+	return &Attacher{cfg: cfg, checkNode: cfg.VerifyNode}, nil
 }
 
 func setDuration(d *time.Duration, v time.Duration) {
@@ -179,35 +183,78 @@ func iscsiContext(c volume.Context) (*volume.ISCSI, error) {
 	return c.ISCSI, nil
 }
 
+// created is what one Attach call created: node records that did not
+// exist, and the portals that had no session before it (a session there
+// now is the call's, whether its login returned success or not).
+type created struct {
+	iqn   string
+	lun   int
+	nodes []iscsi.Node
+	fresh []iscsi.Node
+}
+
+func (c *created) String() string {
+	var parts []string
+	if len(c.nodes) > 0 {
+		parts = append(parts, "node records "+portalList(c.nodes))
+	}
+	if len(c.fresh) > 0 {
+		parts = append(parts, "sessions to "+portalList(c.fresh))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func portalList(nodes []iscsi.Node) string {
+	s := make([]string, len(nodes))
+	for i, n := range nodes {
+		s[i] = n.Portal.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// attachment returns att with c as what was created, nil when nothing was.
+func (c *created) attachment(att driver.Attachment) driver.Attachment {
+	if len(c.nodes) > 0 || len(c.fresh) > 0 {
+		att.Created = c
+	}
+	return att
+}
+
 // Attach logs in to every portal of the volume (in parallel), waits for
 // the LUN's disks, verifies that they are one LUN (same WWID where one is
 // published, same size, the map's size too)
 // and returns the multipath map over them, or the single disk when
 // multipathd assembles none. At least one portal must log in; portals that
-// fail are logged and left to the session heal. Attach is idempotent. On
-// error, sessions and node records this call created are removed again
-// (unless another staged volume uses them).
-func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Device, error) {
+// fail are logged and left to the session heal. Attach is idempotent. The
+// attachment names the node records this call created and the portals
+// that had no session before it, also when it fails: Undo removes them
+// (sparing what co-tenants use).
+func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Attachment, error) {
+	att := driver.Attachment{VolumeID: req.VolumeID, Context: req.Context}
 	v, err := iscsiContext(req.Context)
 	if err != nil {
-		return driver.Device{}, err
+		return att, err
 	}
-	unlock := a.targets.Lock(v.IQN)
-	defer unlock()
 	log := klog.FromContext(ctx).WithValues("volumeID", req.VolumeID, "iqn", v.IQN)
 
 	nodes, err := a.nodes(ctx, v)
 	if err != nil {
-		return driver.Device{}, err
+		return att, err
 	}
-	before, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+	before, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
 	if err != nil {
-		return driver.Device{}, err
+		return att, err
 	}
-	created, err := a.prepareNodes(ctx, v, nodes, req.Secrets)
+	c := &created{iqn: v.IQN, lun: v.LUN}
+	m := iscsi.NewPortalMatcher(ctx, a.cfg.Resolver)
+	for _, n := range nodes {
+		if !hasSession(m, before, v.IQN, n.Portal) {
+			c.fresh = append(c.fresh, n)
+		}
+	}
+	c.nodes, err = a.prepareNodes(ctx, v, nodes, req.Secrets)
 	if err != nil {
-		a.rollback(ctx, req.VolumeID, v, nodes, before, created)
-		return driver.Device{}, err
+		return c.attachment(att), err
 	}
 	errs := a.cfg.Initiator.LoginAll(ctx, nodes)
 	var loggedIn []iscsi.Node
@@ -221,19 +268,16 @@ func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver
 		loggedIn = append(loggedIn, n)
 	}
 	if len(loggedIn) == 0 {
-		a.rollback(ctx, req.VolumeID, v, nodes, before, created)
-		return driver.Device{}, fmt.Errorf("no portal of %s logged in: %w", v.IQN, errors.Join(failed...))
+		return c.attachment(att), fmt.Errorf("no portal of %s logged in: %w", v.IQN, errors.Join(failed...))
 	}
 	dev, err := a.findDevice(ctx, v, loggedIn)
 	if err != nil {
-		a.rollback(ctx, req.VolumeID, v, nodes, before, created)
-		return driver.Device{}, err
+		return c.attachment(att), err
 	}
-	a.mu.Lock()
-	a.attached[req.VolumeID] = *v
-	a.mu.Unlock()
 	log.V(2).Info("Attached iSCSI volume", "device", dev.Path, "sizeBytes", dev.SizeBytes, "portals", len(loggedIn), "of", len(nodes))
-	return dev, nil
+	att = c.attachment(att)
+	att.Device = dev
+	return att, nil
 }
 
 // nodes returns the node record of each portal, host names resolved.

@@ -45,15 +45,15 @@ var chap = volume.Secrets{CHAPUsername: "node-user", CHAPPassword: "chap-Secret-
 func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 	logs := captureLogs(t, "5")
 	h := newFakeHost(t)
-	a := h.attacher(&records{}, nil)
+	a := h.attacher(nil)
 	rt := 30
 	vc := iscsiVolume(0, "127.0.0.1", "127.0.0.2")
 	vc.ISCSI.ReplacementTimeout = &rt
-	dev, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
+	dev, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20}); dev != want {
+	if want := (driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: "254:0"}); dev != want {
 		t.Errorf("device %+v, want %+v", dev, want)
 	}
 	wantSettings := map[string]string{
@@ -63,7 +63,7 @@ func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 		"node.session.auth.username_in": "tgt-user", "node.session.auth.password_in": "mutual-Secret-43",
 	}
 	for _, k := range []string{iqn + ",127.0.0.1:3260", iqn + ",127.0.0.2:3260"} {
-		if diff := cmp.Diff(wantSettings, h.records[k]); diff != "" {
+		if diff := cmp.Diff(wantSettings, h.RecordSettings(k)); diff != "" {
 			t.Errorf("record %s (-want +got):\n%s", k, diff)
 		}
 	}
@@ -74,11 +74,11 @@ func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 		}
 	}
 	// Attach is idempotent: logins answer "already present".
-	again, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
+	again, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
 	if err != nil || again != dev {
 		t.Fatalf("second attach: %+v, %v", again, err)
 	}
-	if n := h.sessionCount(); n != 2 {
+	if n := h.SessionCount(); n != 2 {
 		t.Errorf("%d sessions after two attaches", n)
 	}
 }
@@ -87,8 +87,8 @@ func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 // the device, never the disk it claims.
 func TestAttach_SinglePathMappedByMultipathdGivesTheMap(t *testing.T) {
 	h := newFakeHost(t)
-	h.mapSingle = true
-	dev, err := h.attacher(&records{}, nil).Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
+	h.MapSingle = true
+	dev, err := attachDev(h.attacher(nil), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "dm-0") {
 		t.Fatalf("%+v, %v", dev, err)
 	}
@@ -99,19 +99,19 @@ func TestAttach_SinglePathMappedByMultipathdGivesTheMap(t *testing.T) {
 // not wait at all.
 func TestAttach_WithoutAMapUsesOneDisk(t *testing.T) {
 	h := newFakeHost(t)
-	h.multipathd = false
-	a := h.attacher(&records{}, nil)
-	dev, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
+	h.Multipathd = false
+	a := h.attacher(nil)
+	dev, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("one portal: %+v, %v", dev, err)
 	}
-	dev, err = a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
+	dev, err = attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("two portals, no map: %+v, %v", dev, err)
 	}
-	noWait := h.attacher(&records{}, func(c *AttacherConfig) { c.NoMultipathd = true; c.MultipathWait = time.Hour })
+	noWait := h.attacher(func(c *AttacherConfig) { c.NoMultipathd = true; c.MultipathWait = time.Hour })
 	start := time.Now()
-	if dev, err := noWait.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")}); err != nil || dev.Path != filepath.Join(h.dev, "sda") {
+	if dev, err := attachDev(noWait, driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")}); err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("NoMultipathd: %+v, %v", dev, err)
 	}
 	if time.Since(start) > time.Minute {
@@ -123,9 +123,9 @@ func TestAttach_WithoutAMapUsesOneDisk(t *testing.T) {
 // others; the session heal retries it later.
 func TestAttach_OnePortalFailingStillAttaches(t *testing.T) {
 	h := newFakeHost(t)
-	h.loginCode["127.0.0.2:3260"] = int(iscsi.ExitTransportTimeout)
-	a := h.attacher(&records{}, nil)
-	dev, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
+	h.LoginCode["127.0.0.2:3260"] = int(iscsi.ExitTransportTimeout)
+	a := h.attacher(nil)
+	dev, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("%+v, %v", dev, err)
 	}
@@ -133,8 +133,8 @@ func TestAttach_OnePortalFailingStillAttaches(t *testing.T) {
 
 // When nothing logs in, or the disks are not one LUN (WWIDs published but
 // different or missing on some paths, sizes different, the map of another
-// size or holding a foreign disk), Attach fails and removes what it
-// created: sessions and node records.
+// size or holding a foreign disk), Attach fails naming what it created,
+// and Undo removes exactly that: sessions and node records.
 func TestAttach_FailureRollsBack(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -143,14 +143,14 @@ func TestAttach_FailureRollsBack(t *testing.T) {
 		is    error
 	}{
 		{"login rejected everywhere", func(h *fakeHost) {
-			h.loginCode["127.0.0.1:3260"] = int(iscsi.ExitLoginAuthFailed)
-			h.loginCode["127.0.0.2:3260"] = int(iscsi.ExitLoginAuthFailed)
+			h.LoginCode["127.0.0.1:3260"] = int(iscsi.ExitLoginAuthFailed)
+			h.LoginCode["127.0.0.2:3260"] = int(iscsi.ExitLoginAuthFailed)
 		}, "no portal of " + iqn + " logged in", iscsi.ErrAuthFailed},
 		{"paths disagree on identity", func(h *fakeHost) {
-			h.wwid = func(portal string, _ int) string { return "naa.6001405" + strings.ReplaceAll(portal, ".", "") }
+			h.WWID = func(portal string, _ int) string { return "naa.6001405" + strings.ReplaceAll(portal, ".", "") }
 		}, "disagree on identity", nil},
 		{"wwid on one path only", func(h *fakeHost) {
-			h.wwid = func(portal string, _ int) string {
+			h.WWID = func(portal string, _ int) string {
 				if portal == "127.0.0.2:3260" {
 					return ""
 				}
@@ -158,37 +158,40 @@ func TestAttach_FailureRollsBack(t *testing.T) {
 			}
 		}, "cannot verify session2 (127.0.0.2:3260) sdb: the kernel publishes no WWID for it, while session1 (127.0.0.1:3260) sda has naa.6001405aaaa", nil},
 		{"paths disagree on size", func(h *fakeHost) {
-			h.sectors = func(portal string, _ int) int64 { return map[string]int64{"127.0.0.2:3260": 262144}[portal] }
+			h.Sectors = func(portal string, _ int) int64 { return map[string]int64{"127.0.0.2:3260": 262144}[portal] }
 		}, "disagree on size", nil},
-		{"map size differs from the paths", func(h *fakeHost) { h.mapSectors = 262144 },
+		{"map size differs from the paths", func(h *fakeHost) { h.MapSectors = 262144 },
 			"multipath map dm-0 (mpatha) of " + iqn + " LUN 0 has 134217728 bytes, its path sda has 67108864", nil},
 		{"no wwid anywhere, map size differs from the paths", func(h *fakeHost) {
-			h.wwid = func(string, int) string { return "" }
-			h.mapSectors = 262144
+			h.WWID = func(string, int) string { return "" }
+			h.MapSectors = 262144
 		}, "multipath map dm-0 (mpatha) of " + iqn + " LUN 0 has 134217728 bytes, its path sda has 67108864", nil},
 		{"map holds another LUN's disk", func(h *fakeHost) {
-			h.luns = []int{0, 1}
-			h.mapExtra = map[int][]string{0: {"sdd"}}
+			h.LUNs = []int{0, 1}
+			h.MapExtra = map[int][]string{0: {"sdd"}}
 		}, "multipath map dm-0 (mpatha) holds sdd, which is not a path of LUN naa.6001405", nil},
 		{"no wwid anywhere, map holds another LUN's disk", func(h *fakeHost) {
-			h.wwid = func(string, int) string { return "" }
-			h.luns = []int{0, 1}
-			h.mapExtra = map[int][]string{0: {"sdd"}}
+			h.WWID = func(string, int) string { return "" }
+			h.LUNs = []int{0, 1}
+			h.MapExtra = map[int][]string{0: {"sdd"}}
 		}, "multipath map dm-0 (mpatha) holds sdd, which is not a path of LUN 0 of " + iqn + " (no WWID)", nil},
-		{"no disk appears", func(h *fakeHost) { h.noDisk = true }, "no disk on 2 logged-in session(s)", context.DeadlineExceeded},
+		{"no disk appears", func(h *fakeHost) { h.NoDisk = true }, "no disk on 2 logged-in session(s)", context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newFakeHost(t)
 			tc.setup(h)
-			a := h.attacher(&records{}, nil)
-			_, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2"), Secrets: chap})
+			a := h.attacher(nil)
+			att, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2"), Secrets: chap})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
 			if strings.Contains(err.Error(), chap.CHAPPassword) {
 				t.Fatalf("secret in the error: %v", err)
 			}
-			if n, keys := h.sessionCount(), h.recordKeys(); n != 0 || len(keys) != 0 {
+			if err := a.Undo(context.Background(), att, volume.CoTenants{}); err != nil {
+				t.Fatalf("Undo: %v", err)
+			}
+			if n, keys := h.SessionCount(), h.RecordKeys(); n != 0 || len(keys) != 0 {
 				t.Errorf("left behind: %d sessions, records %v", n, keys)
 			}
 		})
@@ -206,25 +209,26 @@ func TestAttach_WithoutAWWIDVerifiesBySizeOnly(t *testing.T) {
 		multipathd bool
 		noWWID     bool
 		want       string
+		number     string
 		lines      int
 	}{
-		{"two portals, map", []string{"127.0.0.1", "127.0.0.2"}, true, true, "dm-0", 1},
-		{"two portals, no map", []string{"127.0.0.1", "127.0.0.2"}, false, true, "sda", 1},
-		{"one portal, no map", []string{"127.0.0.1"}, false, true, "sda", 1},
-		{"wwids published", []string{"127.0.0.1", "127.0.0.2"}, true, false, "dm-0", 0},
+		{"two portals, map", []string{"127.0.0.1", "127.0.0.2"}, true, true, "dm-0", "254:0", 1},
+		{"two portals, no map", []string{"127.0.0.1", "127.0.0.2"}, false, true, "sda", "8:0", 1},
+		{"one portal, no map", []string{"127.0.0.1"}, false, true, "sda", "8:0", 1},
+		{"wwids published", []string{"127.0.0.1", "127.0.0.2"}, true, false, "dm-0", "254:0", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := captureLogs(t, "0")
 			h := newFakeHost(t)
-			h.multipathd = tc.multipathd
+			h.Multipathd = tc.multipathd
 			if tc.noWWID {
-				h.wwid = func(string, int) string { return "" }
+				h.WWID = func(string, int) string { return "" }
 			}
-			dev, err := h.attacher(&records{}, nil).Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, tc.portals...)})
+			dev, err := attachDev(h.attacher(nil), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, tc.portals...)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (driver.Device{Path: filepath.Join(h.dev, tc.want), SizeBytes: 64 << 20}); dev != want {
+			if want := (driver.Device{Path: filepath.Join(h.dev, tc.want), SizeBytes: 64 << 20, Number: tc.number}); dev != want {
 				t.Errorf("device %+v, want %+v", dev, want)
 			}
 			klog.Flush()
@@ -241,9 +245,9 @@ func TestAttach_WithoutAWWIDVerifiesBySizeOnly(t *testing.T) {
 // A LUN missing on a logged-in session is scanned, exactly that LUN.
 func TestAttach_ScansExactlyTheMissingLUN(t *testing.T) {
 	h := newFakeHost(t)
-	h.noDisk = true
-	h.luns = []int{}
-	a := h.attacher(&records{}, func(c *AttacherConfig) { c.DeviceTimeout = scanAfter + 300*time.Millisecond })
+	h.NoDisk = true
+	h.LUNs = []int{}
+	a := h.attacher(func(c *AttacherConfig) { c.DeviceTimeout = scanAfter + 300*time.Millisecond })
 	_, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(7, "127.0.0.1")})
 	if err == nil {
 		t.Fatal("attach without a disk succeeded")
@@ -257,7 +261,7 @@ func TestAttach_ScansExactlyTheMissingLUN(t *testing.T) {
 // report is an error.
 func TestAttach_SendTargetsDiscovery(t *testing.T) {
 	h := newFakeHost(t)
-	a := h.attacher(&records{}, func(c *AttacherConfig) { c.Discovery = DiscoverySendTargets })
+	a := h.attacher(func(c *AttacherConfig) { c.Discovery = DiscoverySendTargets })
 	if _, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +278,8 @@ func TestAttach_SendTargetsDiscovery(t *testing.T) {
 		t.Errorf("discovery ran %d times", discovered)
 	}
 	h2 := newFakeHost(t)
-	h2.portals = []string{"127.0.0.1:3260"}
-	_, err := h2.attacher(&records{}, func(c *AttacherConfig) { c.Discovery = DiscoverySendTargets }).
+	h2.Portals = []string{"127.0.0.1:3260"}
+	_, err := h2.attacher(func(c *AttacherConfig) { c.Discovery = DiscoverySendTargets }).
 		Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
 	if err == nil || !strings.Contains(err.Error(), "did not report portal 127.0.0.2:3260") {
 		t.Fatalf("unreported portal: %v", err)
@@ -284,12 +288,11 @@ func TestAttach_SendTargetsDiscovery(t *testing.T) {
 
 func TestNewAttacher_Validates(t *testing.T) {
 	h := newFakeHost(t)
-	ok := AttacherConfig{Sys: sysfs.New(h.sys), DevRoot: h.dev, Initiator: h.in, Records: &records{}, NodeLoginTimeout: time.Second}
+	ok := AttacherConfig{Sys: sysfs.New(h.sys), DevRoot: h.dev, Initiator: h.in, NodeLoginTimeout: time.Second}
 	for name, mod := range map[string]func(*AttacherConfig){
 		"sysfs":     func(c *AttacherConfig) { c.Sys = sysfs.FS{} },
 		"dev":       func(c *AttacherConfig) { c.DevRoot = "" },
 		"initiator": func(c *AttacherConfig) { c.Initiator = nil },
-		"records":   func(c *AttacherConfig) { c.Records = nil },
 		"discovery": func(c *AttacherConfig) { c.Discovery = "isns" },
 		"fraction":  func(c *AttacherConfig) { c.NodeLoginTimeout = 1500 * time.Millisecond },
 		// iscsid could still be retrying when the login command gives up.

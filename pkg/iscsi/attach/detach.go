@@ -7,29 +7,28 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// Detach releases a staged volume: it flushes the multipath map over the
-// LUN, deletes the LUN's disks (device/delete) and logs out each session
-// of the volume's portals that no other staged volume of the same target
-// uses — the co-tenant gate — deleting its node record with it. A LUN
-// another staged volume also names is left in place. Detaching a volume
-// that is not attached is not an error.
-func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
+// Detach releases a volume: it flushes the multipath map over the LUN,
+// deletes the LUN's disks (device/delete) and logs out each session of
+// the volume's portals that no co-tenant of the same target uses — the
+// co-tenant gate — deleting its node record with it. A LUN a co-tenant
+// also names is left in place. It tears nothing down while co.Err is
+// set. Detaching a volume that is not attached is not an error.
+func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTenants) error {
 	v, err := iscsiContext(rec.Context)
 	if err != nil {
 		return err
 	}
-	unlock := a.targets.Lock(v.IQN)
-	defer unlock()
-	others, err := a.coTenants(rec.VolumeID)
-	if err != nil {
-		return err
+	if err := co.Err(); err != nil {
+		return fmt.Errorf("detach %s: %w", rec.VolumeID, err)
 	}
-	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+	others := iscsiCoTenants(co)
+	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
 	if err != nil {
 		return err
 	}
@@ -54,7 +53,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
 			continue
 		}
 		if users := portalUsers(m, others, v.IQN, node.Portal); len(users) > 0 {
-			log.V(2).Info("Keeping iSCSI session: other staged volumes use the portal", "portal", ep.String(), "coTenants", users)
+			log.V(2).Info("Keeping iSCSI session: other volumes use the portal", "portal", ep.String(), "coTenants", users)
 			continue
 		}
 		errs = append(errs, a.logoutPortal(ctx, snap, m, node))
@@ -62,9 +61,6 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	a.mu.Lock()
-	delete(a.attached, rec.VolumeID)
-	a.mu.Unlock()
 	log.V(2).Info("Detached iSCSI volume")
 	return nil
 }
@@ -80,18 +76,43 @@ func (a *Attacher) removeLUN(ctx context.Context, snap *iscsi.Snapshot, v *volum
 		if !ok || flushed[m.Device] {
 			continue
 		}
-		if err := a.cfg.Initiator.FlushMap(ctx, m.Name); err != nil {
+		if err := a.flushMap(ctx, m.Name); err != nil {
 			return err
 		}
 		flushed[m.Device] = true
 	}
 	for _, d := range disks {
-		err := a.cfg.Sys.WriteAttr("block/"+d+"/device/delete", "1")
+		err := a.cfg.Writer.WriteAttr("block/"+d+"/device/delete", "1")
 		if err != nil && !sysfs.IsNotExist(err) {
 			return fmt.Errorf("delete disk %s: %w", d, err)
 		}
 	}
 	return nil
+}
+
+// flushAttempts bounds the tries of one map flush.
+const flushAttempts = 5
+
+// flushMap removes a map, trying again a few times, PollInterval apart:
+// a map whose file system was unmounted a moment ago may still be open
+// for the udev probe of the unmount's change event, and multipath -f
+// refuses an open map ("map in use"; multipath-tools' remove_retries
+// exists for the same reason). A map that stays open is an error.
+func (a *Attacher) flushMap(ctx context.Context, name string) error {
+	var err error
+	for try := 1; try <= flushAttempts; try++ {
+		if err = a.cfg.Initiator.FlushMap(ctx, name); err == nil {
+			return nil
+		}
+		if try == flushAttempts {
+			break
+		}
+		klog.FromContext(ctx).V(2).Info("Multipath map not flushed; trying again", "map", name, "attempt", try, "err", err)
+		if serr := sleep(ctx, a.cfg.Clock, a.cfg.PollInterval); serr != nil {
+			return err
+		}
+	}
+	return err
 }
 
 // node returns the node record of portal ep of target iqn, its host name
@@ -130,53 +151,28 @@ func disksOf(snap *iscsi.Snapshot, v *volume.ISCSI) []string {
 	return disks
 }
 
-// coTenant is another staged (or just attached) iSCSI volume.
-type coTenant struct {
-	volumeID string
-	v        volume.ISCSI
-}
-
-// coTenants lists the iSCSI volumes other than volumeID that are staged
-// (records) or attached by this process and not yet recorded.
-func (a *Attacher) coTenants(volumeID string) ([]coTenant, error) {
-	recs, err := a.cfg.Records.List()
-	if err != nil {
-		return nil, fmt.Errorf("list staged volumes: %w", err)
-	}
-	// Records cover volumes staged before a restart; the in-memory set
-	// covers the window between Attach returning and the driver writing
-	// its record.
-	seen := map[string]bool{volumeID: true}
-	var out []coTenant
-	for _, r := range recs {
-		if seen[r.VolumeID] || r.Context.Transport != volume.TransportISCSI || r.Context.ISCSI == nil {
-			continue
-		}
-		seen[r.VolumeID] = true
-		out = append(out, coTenant{volumeID: r.VolumeID, v: *r.Context.ISCSI})
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, v := range a.attached {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, coTenant{volumeID: id, v: v})
+// iscsiCoTenants keeps the iSCSI co-tenant records.
+func iscsiCoTenants(co volume.CoTenants) []volume.Record {
+	var out []volume.Record
+	for _, r := range co.Records {
+		if r.Context.Transport == volume.TransportISCSI && r.Context.ISCSI != nil {
+			out = append(out, r)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // portalUsers returns the co-tenants of target iqn that list the portal
 // at addr (an IP endpoint), comparing their endpoints by address.
-func portalUsers(m *iscsi.PortalMatcher, others []coTenant, iqn string, addr volume.Endpoint) []string {
+func portalUsers(m *iscsi.PortalMatcher, others []volume.Record, iqn string, addr volume.Endpoint) []string {
 	var ids []string
 	for _, o := range others {
-		if o.v.IQN != iqn {
+		if o.Context.ISCSI.IQN != iqn {
 			continue
 		}
-		for _, p := range o.v.Portals {
+		for _, p := range o.Context.ISCSI.Portals {
 			if m.Match(p, addr.Host, int(addr.Port)) {
-				ids = append(ids, o.volumeID)
+				ids = append(ids, o.VolumeID)
 				break
 			}
 		}
@@ -185,54 +181,103 @@ func portalUsers(m *iscsi.PortalMatcher, others []coTenant, iqn string, addr vol
 }
 
 // sameLUNStaged reports whether another volume names the same target LUN.
-func sameLUNStaged(others []coTenant, v *volume.ISCSI) bool {
+func sameLUNStaged(others []volume.Record, v *volume.ISCSI) bool {
 	for _, o := range others {
-		if o.v.IQN == v.IQN && o.v.LUN == v.LUN {
+		if o.Context.ISCSI.IQN == v.IQN && o.Context.ISCSI.LUN == v.LUN {
 			return true
 		}
 	}
 	return false
 }
 
-// rollback undoes what a failed Attach created: sessions to portals that
-// had none before (and that no co-tenant uses) are logged out, node
-// records it created are deleted. It runs on a context detached from the
-// caller's cancellation; every command keeps its own timeout.
-func (a *Attacher) rollback(ctx context.Context, volumeID string, v *volume.ISCSI, nodes []iscsi.Node, before *iscsi.Snapshot, created []iscsi.Node) {
-	ctx = context.WithoutCancel(ctx)
-	log := klog.FromContext(ctx).WithValues("volumeID", volumeID, "iqn", v.IQN)
-	others, err := a.coTenants(volumeID)
-	if err != nil {
-		log.Error(err, "Rollback: cannot tell co-tenants; leaving sessions in place")
-		return
+// Undo removes what one Attach created (att.Created) and nothing that
+// existed before it: on each portal that had no session before the call
+// and that no co-tenant uses, the LUN's map is flushed (unless a
+// co-tenant names the LUN) and the portal's sessions are logged out; the
+// node records the call created and no co-tenant uses are deleted (with
+// the CHAP secrets in them). It runs on a context detached from the
+// caller's cancellation; every command keeps its own timeout. It returns
+// an error when something it should remove stays: co.Err forbids any
+// teardown, or a command failed.
+func (a *Attacher) Undo(ctx context.Context, att driver.Attachment, co volume.CoTenants) error {
+	c, _ := att.Created.(*created)
+	if c == nil {
+		return nil
 	}
-	now, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+	ctx = context.WithoutCancel(ctx)
+	if err := co.Err(); err != nil {
+		return fmt.Errorf("keep %s of %s: %w", c, c.iqn, err)
+	}
+	log := klog.FromContext(ctx).WithValues("volumeID", att.VolumeID, "iqn", c.iqn)
+	others := iscsiCoTenants(co)
+	now, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
 	if err != nil {
-		log.Error(err, "Rollback: cannot read sessions; leaving them in place")
-		return
+		return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
 	}
 	m := iscsi.NewPortalMatcher(ctx, a.cfg.Resolver)
-	isCreated := map[iscsi.Node]bool{}
-	for _, n := range created {
-		isCreated[n] = true
-	}
-	for _, n := range nodes {
-		if len(portalUsers(m, others, v.IQN, n.Portal)) > 0 || hasSession(m, before, v.IQN, n.Portal) {
-			continue
+	v := &volume.ISCSI{IQN: c.iqn, LUN: c.lun}
+	var errs []error
+	var logout []iscsi.Node
+	for _, n := range c.fresh {
+		if len(portalUsers(m, others, c.iqn, n.Portal)) == 0 {
+			logout = append(logout, n)
 		}
-		for _, s := range now.SessionsOf(v.IQN) {
-			if m.Session(s, v.IQN, n.Portal) {
+	}
+	// The map over disks on sessions about to go is flushed first:
+	// removing the paths under it would leave a map with none.
+	if len(logout) > 0 && !sameLUNStaged(others, v) {
+		if err := a.flushMapsOn(ctx, now, m, v, logout); err != nil {
+			return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
+		}
+	}
+	for _, n := range logout {
+		for _, s := range now.SessionsOf(c.iqn) {
+			if m.Session(s, c.iqn, n.Portal) {
 				if err := a.cfg.Initiator.Logout(ctx, n, s.ID); err != nil {
-					log.Error(err, "Rollback: logout failed", "session", s.ID.String())
+					errs = append(errs, err)
 				}
 			}
 		}
-		if isCreated[n] {
-			if err := a.cfg.Initiator.DeleteNode(ctx, n); err != nil {
-				log.Error(err, "Rollback: node record delete failed", "portal", n.Portal.String())
-			}
+	}
+	for _, n := range c.nodes {
+		if len(portalUsers(m, others, c.iqn, n.Portal)) > 0 {
+			continue
+		}
+		if err := a.cfg.Initiator.DeleteNode(ctx, n); err != nil {
+			errs = append(errs, err)
 		}
 	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
+	}
+	log.V(2).Info("Undid an attach", "created", c.String())
+	return nil
+}
+
+// flushMapsOn flushes the map over the LUN's disks on the sessions of
+// nodes (once per map).
+func (a *Attacher) flushMapsOn(ctx context.Context, snap *iscsi.Snapshot, m *iscsi.PortalMatcher, v *volume.ISCSI, nodes []iscsi.Node) error {
+	flushed := map[string]bool{}
+	for _, n := range nodes {
+		for _, s := range snap.SessionsOf(v.IQN) {
+			if !m.Session(s, v.IQN, n.Portal) {
+				continue
+			}
+			l, ok := s.LUN(v.LUN)
+			if !ok || l.Disk == "" {
+				continue
+			}
+			mp, ok := snap.MapOf(l.Disk)
+			if !ok || flushed[mp.Device] {
+				continue
+			}
+			if err := a.flushMap(ctx, mp.Name); err != nil {
+				return err
+			}
+			flushed[mp.Device] = true
+		}
+	}
+	return nil
 }
 
 func hasSession(m *iscsi.PortalMatcher, snap *iscsi.Snapshot, iqn string, ep volume.Endpoint) bool {
@@ -252,7 +297,7 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
 	if err != nil {
 		return 0, err
 	}
@@ -266,7 +311,7 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 		if !snap.Live(d) {
 			continue // a blocked device would hold the rescan until it recovers
 		}
-		if err := a.cfg.Sys.WriteAttr("block/"+d+"/device/rescan", "1"); err != nil {
+		if err := a.cfg.Writer.WriteAttr("block/"+d+"/device/rescan", "1"); err != nil {
 			return 0, fmt.Errorf("rescan %s: %w", d, err)
 		}
 	}

@@ -15,32 +15,25 @@ import (
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// stage attaches a volume and records it as the driver would.
+// stage attaches a volume with the staged ones as co-tenants and records
+// it as the driver would.
 func stage(t *testing.T, a *Attacher, recs *records, id string, vc volume.Context) volume.Record {
 	t.Helper()
-	dev, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: id, Context: vc})
+	att, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: id, Context: vc, CoTenants: recs.co(id)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := record(id, vc, dev.Path)
-	list, _ := recs.List()
-	recs.set(append(list, r)...)
+	r := record(id, vc, att.Device.Path)
+	recs.add(r)
 	return r
 }
 
 func unstage(t *testing.T, a *Attacher, recs *records, r volume.Record) {
 	t.Helper()
-	if err := a.Detach(context.Background(), r); err != nil {
+	if err := a.Detach(context.Background(), r, recs.co(r.VolumeID)); err != nil {
 		t.Fatal(err)
 	}
-	list, _ := recs.List()
-	var keep []volume.Record
-	for _, x := range list {
-		if x.VolumeID != r.VolumeID {
-			keep = append(keep, x)
-		}
-	}
-	recs.set(keep...)
+	recs.remove(r.VolumeID)
 }
 
 // Two volumes on LUNs 0 and 1 of one target share both sessions. Detaching
@@ -48,15 +41,15 @@ func unstage(t *testing.T, a *Attacher, recs *records, r volume.Record) {
 // (co-tenant gate); detaching the second logs out and deletes the records.
 func TestDetach_CoTenantGateKeepsSharedSessions(t *testing.T) {
 	h := newFakeHost(t)
-	h.luns = []int{0, 1}
+	h.LUNs = []int{0, 1}
 	recs := &records{}
-	a := h.attacher(recs, nil)
+	a := h.attacher(nil)
 	pv0 := stage(t, a, recs, "pv-0", iscsiVolume(0, "127.0.0.1", "127.0.0.2"))
 	pv1 := stage(t, a, recs, "pv-1", iscsiVolume(1, "127.0.0.1", "127.0.0.2"))
 	if pv0.Device != filepath.Join(h.dev, "dm-0") || pv1.Device != filepath.Join(h.dev, "dm-1") {
 		t.Fatalf("devices %s %s", pv0.Device, pv1.Device)
 	}
-	snap, _ := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+	snap, _ := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
 	lun0 := disksOf(snap, pv0.Context.ISCSI)
 
 	start := len(h.exec.Lines())
@@ -70,7 +63,7 @@ func TestDetach_CoTenantGateKeepsSharedSessions(t *testing.T) {
 			t.Errorf("%s/delete = %q, want 1", d, got)
 		}
 	}
-	if n := h.sessionCount(); n != 2 {
+	if n := h.SessionCount(); n != 2 {
 		t.Fatalf("%d sessions after the first detach, want 2 (pv-1 uses them)", n)
 	}
 
@@ -86,24 +79,27 @@ func TestDetach_CoTenantGateKeepsSharedSessions(t *testing.T) {
 	if diff := cmp.Diff(want, h.exec.Lines()[start:]); diff != "" {
 		t.Errorf("detach of pv-1 ran (-want +got):\n%s", diff)
 	}
-	if n, keys := h.sessionCount(), h.recordKeys(); n != 0 || len(keys) != 0 {
+	if n, keys := h.SessionCount(), h.RecordKeys(); n != 0 || len(keys) != 0 {
 		t.Errorf("left: %d sessions, records %v", n, keys)
 	}
 	// Detaching again, or a volume never attached, is not an error.
-	if err := a.Detach(context.Background(), pv1); err != nil {
+	if err := a.Detach(context.Background(), pv1, volume.CoTenants{}); err != nil {
 		t.Errorf("second detach: %v", err)
 	}
 }
 
-// A volume attached by this process whose record the driver has not
-// written yet is a co-tenant too.
-func TestDetach_UnrecordedAttachIsACoTenant(t *testing.T) {
+// A volume being attached (its record attaching: the driver writes it
+// before the first login) is a co-tenant too.
+func TestDetach_AttachingVolumeIsACoTenant(t *testing.T) {
 	h := newFakeHost(t)
-	h.luns = []int{0, 1}
+	h.LUNs = []int{0, 1}
 	recs := &records{}
-	a := h.attacher(recs, nil)
+	a := h.attacher(nil)
 	pv0 := stage(t, a, recs, "pv-0", iscsiVolume(0, "127.0.0.1", "127.0.0.2"))
-	if _, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(1, "127.0.0.2")}); err != nil {
+	pv1 := record("pv-1", iscsiVolume(1, "127.0.0.2"), "")
+	pv1.State = volume.StateAttaching
+	recs.add(pv1)
+	if _, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(1, "127.0.0.2"), CoTenants: recs.co("pv-1")}); err != nil {
 		t.Fatal(err)
 	}
 	unstage(t, a, recs, pv0)
@@ -121,14 +117,18 @@ func TestDetach_UnrecordedAttachIsACoTenant(t *testing.T) {
 func TestDetach_FlushFailureStopsTheDetach(t *testing.T) {
 	h := newFakeHost(t)
 	recs := &records{}
-	a := h.attacher(recs, nil)
+	a := h.attacher(nil)
 	pv := stage(t, a, recs, "pv-0", iscsiVolume(0, "127.0.0.1", "127.0.0.2"))
-	h.flushCode = 1
-	err := a.Detach(context.Background(), pv)
+	h.FlushCode = 1
+	start := len(h.exec.Lines())
+	err := a.Detach(context.Background(), pv, recs.co(pv.VolumeID))
 	if code, ok := iscsi.Exit(err); !ok || code != 1 || !strings.Contains(err.Error(), "mpatha: map in use") {
 		t.Fatalf("got %v", err)
 	}
-	if h.sessionCount() != 2 {
+	if n := len(h.exec.Lines()[start:]); n != flushAttempts {
+		t.Errorf("%d commands, want %d flushes and nothing else", n, flushAttempts)
+	}
+	if h.SessionCount() != 2 {
 		t.Error("sessions logged out after a failed flush")
 	}
 	if got := readWO(t, h.sys, "devices/platform/host11/session1/target11:0:0/11:0:0:0/delete"); got != "" {
@@ -136,11 +136,25 @@ func TestDetach_FlushFailureStopsTheDetach(t *testing.T) {
 	}
 }
 
+// A map still open for a moment after its unmount (udev probing it) is
+// flushed on a later try; the detach goes on.
+func TestDetach_AMapStillOpenForAMomentIsFlushedOnRetry(t *testing.T) {
+	h := newFakeHost(t)
+	recs := &records{}
+	a := h.attacher(nil)
+	pv := stage(t, a, recs, "pv-0", iscsiVolume(0, "127.0.0.1", "127.0.0.2"))
+	h.FlushBusy = 2
+	unstage(t, a, recs, pv)
+	if n, keys := h.SessionCount(), h.RecordKeys(); n != 0 || len(keys) != 0 {
+		t.Errorf("left: %d sessions, records %v", n, keys)
+	}
+}
+
 // Expand rescans every live disk of the LUN and resizes the map.
 func TestExpand_RescansEveryPathAndResizesTheMap(t *testing.T) {
 	h := newFakeHost(t)
 	recs := &records{}
-	a := h.attacher(recs, nil)
+	a := h.attacher(nil)
 	pv := stage(t, a, recs, "pv-0", iscsiVolume(0, "127.0.0.1", "127.0.0.2"))
 	if err := os.WriteFile(filepath.Join(h.sys, "devices/virtual/block/dm-0/size"), []byte("262144\n"), 0o444); err != nil {
 		t.Fatal(err)

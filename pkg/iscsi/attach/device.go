@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
@@ -75,19 +76,18 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	if err := a.checkNode(path, devt); err != nil {
 		return driver.Device{}, err
 	}
-	return driver.Device{Path: path, SizeBytes: size}, nil
+	return driver.Device{Path: path, SizeBytes: size, Number: devt}, nil
 }
 
 // waitDisks polls sysfs until every logged-in session has the LUN's disk,
 // scanning exactly that LUN on a session that lacks it for scanAfter. At
 // the deadline it settles for the paths found, if any.
 func (a *Attacher) waitDisks(ctx context.Context, v *volume.ISCSI, loggedIn []iscsi.Node) ([]lunPath, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.DeviceTimeout)
-	defer cancel()
-	start := a.cfg.Now()
+	clk := a.cfg.Clock
+	start := clk.Now()
 	scanned := map[iscsi.SessionID]bool{}
 	for {
-		snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+		snap, err := iscsi.Read(a.cfg.Sys, clk.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -97,17 +97,20 @@ func (a *Attacher) waitDisks(ctx context.Context, v *volume.ISCSI, loggedIn []is
 		}
 		// The login scanned the target; a LUN added later (or a lost scan
 		// event) needs a scan of its own, of that LUN only.
-		if a.cfg.Now().Sub(start) >= scanAfter {
+		if clk.Since(start) >= scanAfter {
 			for _, s := range lacking {
 				a.scan(ctx, s, v.LUN, scanned)
 			}
 		}
-		if err := sleep(ctx, a.cfg.PollInterval); err != nil {
-			if len(paths) > 0 && ctx.Err() == context.DeadlineExceeded {
+		if clk.Since(start) >= a.cfg.DeviceTimeout {
+			if len(paths) > 0 {
 				klog.FromContext(ctx).Info("LUN disk missing on some sessions; attaching with the paths found", "iqn", v.IQN, "lun", v.LUN, "paths", describe(paths), "missing", len(lacking))
 				return paths, nil
 			}
-			return nil, fmt.Errorf("LUN %d of %s: no disk on %d logged-in session(s) after %s: %w", v.LUN, v.IQN, len(lacking), a.cfg.DeviceTimeout, err)
+			return nil, fmt.Errorf("LUN %d of %s: no disk on %d logged-in session(s) after %s: %w", v.LUN, v.IQN, len(lacking), a.cfg.DeviceTimeout, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, clk, a.cfg.PollInterval); err != nil {
+			return nil, fmt.Errorf("LUN %d of %s: %w", v.LUN, v.IQN, err)
 		}
 	}
 }
@@ -182,10 +185,10 @@ func verifyPaths(v *volume.ISCSI, paths []lunPath) (wwid string, size int64, err
 // a single path too, unless NoMultipathd); a map holding a device that is
 // not a path of this LUN is an error.
 func (a *Attacher) waitMap(ctx context.Context, v *volume.ISCSI, wwid string, paths []lunPath) (iscsi.MultipathMap, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.MultipathWait)
-	defer cancel()
+	clk := a.cfg.Clock
+	start := clk.Now()
 	for {
-		snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+		snap, err := iscsi.Read(a.cfg.Sys, clk.Now())
 		if err != nil {
 			return iscsi.MultipathMap{}, false, err
 		}
@@ -193,11 +196,11 @@ func (a *Attacher) waitMap(ctx context.Context, v *volume.ISCSI, wwid string, pa
 		if err != nil || complete || (!found && a.cfg.NoMultipathd) {
 			return m, found, err
 		}
-		if sleep(ctx, a.cfg.PollInterval) != nil {
-			if ctx.Err() == context.DeadlineExceeded {
-				return m, found, nil // a partial map or none: use what is there
-			}
-			return iscsi.MultipathMap{}, false, ctx.Err()
+		if clk.Since(start) >= a.cfg.MultipathWait {
+			return m, found, nil // a partial map or none: use what is there
+		}
+		if err := sleep(ctx, clk, a.cfg.PollInterval); err != nil {
+			return iscsi.MultipathMap{}, false, err
 		}
 	}
 }
@@ -240,12 +243,12 @@ func mapOver(snap *iscsi.Snapshot, v *volume.ISCSI, wwid string, paths []lunPath
 	return m, true, len(m.Slaves) >= len(paths), nil
 }
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
+// sleep waits d on clk or until ctx ends.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

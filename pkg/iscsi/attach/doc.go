@@ -16,19 +16,24 @@
 // assembles none, after checking that the device node's number matches
 // sysfs.
 // Portals that fail to log in are left to the session heal as long as one
-// succeeds. A failed Attach logs out the sessions and deletes the node
-// records it created.
+// succeeds. The attachment names what the call created — node records that
+// did not exist, portals that had no session before it — also when it
+// fails; Undo removes exactly that (flushing the LUN's map first), never a
+// session or node record that existed before the call.
 //
 // Detach flushes the map (multipath -f), deletes the LUN's disks
 // (device/delete) and logs out each session of the volume's portals that
-// no other staged volume of the same target uses, deleting its node record
-// (and the CHAP secrets in it). Volumes attached by this process whose
-// record the driver has not written yet count as co-tenants too. Attach
-// and Detach are serialized per target IQN.
+// no co-tenant uses, deleting its node record (and the CHAP secrets in
+// it). The attacher keeps no intent of its own: co-tenants (every other
+// record of the target, attaching, staged or detaching) come with each
+// call from the intent owner, whose target lease the caller holds; while
+// a record that may be the target's cannot be read, Undo and Detach tear
+// nothing down.
 //
 // Health grades the volume's paths from one sysfs read; Expand rescans the
 // LUN's disks and resizes the map.
 //
-// It reads sysfs through package iscsi's Read only, and runs commands only
-// through the shared *iscsi.Initiator.
+// It reads sysfs through package iscsi's Read only, runs commands only
+// through the shared *iscsi.Initiator, writes sysfs through the injected
+// Writer and waits on the injected clock.
 package attach

@@ -28,7 +28,7 @@ func (a *Attacher) Health(ctx context.Context, rec volume.Record) driver.Conditi
 	if err != nil {
 		return driver.Condition{Status: driver.Inaccessible, Reason: ReasonUnreadable, Message: err.Error()}
 	}
-	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Now())
+	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
 	if err != nil {
 		return driver.Condition{Status: driver.Inaccessible, Reason: ReasonUnreadable, Message: err.Error()}
 	}

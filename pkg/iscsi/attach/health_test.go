@@ -31,7 +31,7 @@ func captureAttacher(t *testing.T, name string, c SessionClocks) *Attacher {
 		t.Fatal(err)
 	}
 	h := newFakeHost(t)
-	return h.attacher(&records{}, func(cfg *AttacherConfig) { cfg.Sys = sysfs.New(dir); cfg.Clocks = c })
+	return h.attacher(func(cfg *AttacherConfig) { cfg.Sys = sysfs.New(dir); cfg.Clocks = c })
 }
 
 func vol(iqn string, lun int, portals ...string) volume.Record {

@@ -141,6 +141,14 @@ func AddMap(dir string, m Map) error {
 	return nil
 }
 
+// AddLUN writes one more LUN (with its disk, when it has one) into a
+// session of an existing tree, as a scan that found it does.
+func AddLUN(dir string, s Session, l LUN) error {
+	b := &builder{}
+	b.lun(fmt.Sprintf("%s/target%d:0:0", sessionDir(s), s.Host), s.Host, l)
+	return b.write(dir)
+}
+
 // RemoveSession deletes a session the way a logout does: its class
 // links, its block links and its device directory.
 func RemoveSession(dir string, s Session) error {

@@ -27,6 +27,21 @@ type Target struct {
 	Ports map[string]string
 }
 
+// SharedTarget is a subsystem of two namespaces (nsid 1 and 2, UUIDs
+// 6a0e2d4c-0000-4000-8000-00000000000N) exported on two ports,
+// 127.0.0.1:4420 ANA-optimized and 127.0.0.2:4420 non-optimized: the
+// smallest target two volumes share.
+func SharedTarget(nqn string) Target {
+	return Target{
+		NQN: nqn,
+		Namespaces: []Namespace{
+			{Head: 1, NSID: 1, UUID: "6a0e2d4c-0000-4000-8000-000000000001"},
+			{Head: 2, NSID: 2, UUID: "6a0e2d4c-0000-4000-8000-000000000002"},
+		},
+		Ports: map[string]string{"127.0.0.1:4420": "optimized", "127.0.0.2:4420": "non-optimized"},
+	}
+}
+
 // Kernel is a deterministic fake of the host's NVMe-oF stack for tests:
 // a sysfs tree in a directory (laid out by Topology) plus the fabrics
 // operations pathmend performs. Connect creates a controller directory
@@ -184,6 +199,15 @@ func (k *Kernel) Disconnect(ctrl string) error {
 	k.ctrls = slices.DeleteFunc(k.ctrls, func(c *fakeCtrl) bool { return "nvme"+strconv.Itoa(c.instance) == ctrl })
 	k.writeLocked()
 	return nil
+}
+
+// Reuse makes the next connect take controller instance n, as the kernel
+// reuses the lowest free instance number once a controller is gone. The
+// caller makes sure n is free; later connects count on from n+1.
+func (k *Kernel) Reuse(n int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.next = n
 }
 
 // Rescan records a rescan; the tree already shows every enabled namespace.

@@ -1,0 +1,218 @@
+package nodesim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	mount "k8s.io/mount-utils"
+
+	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/iscsi/attach"
+	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/monitor"
+	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// crash unwinds an actor of a process the scheduler killed.
+type crash struct{}
+
+// process is one run of the plugin: everything in it is lost in a crash.
+type process struct {
+	sim     *sim
+	gen     int
+	crashed atomic.Bool
+
+	owner   *intent.Owner
+	drv     *driver.Driver
+	mon     *monitor.Monitor
+	iscsi   *attach.Attacher
+	actors  atomic.Int32
+	mounter *seamMounter
+}
+
+// point is a seam: the actor parks until the scheduler lets it through,
+// and unwinds when the process was killed meanwhile.
+func (p *process) point(what string) {
+	if p.crashed.Load() {
+		panic(crash{})
+	}
+	go1 := make(chan bool)
+	p.sim.park(p, what, go1)
+	if !<-go1 {
+		panic(crash{})
+	}
+}
+
+// start builds a process over the node's kernel, host and state dir.
+func (s *sim) start() *process {
+	p := &process{sim: s, gen: s.gen}
+	s.gen++
+	store, err := volume.NewStore(s.stateDir)
+	if err != nil {
+		panic(err)
+	}
+	p.owner, err = intent.New(intent.Config{}, intent.Deps{Store: seamStore{store, p}, Clock: s.clk, Runner: func(f func()) { f() }})
+	if err != nil {
+		panic(err)
+	}
+	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Now: s.clk.Now})
+	if err != nil {
+		panic(err)
+	}
+	conn := seamConnector{s.kernel, p}
+	nvmeAtt, err := nvme.NewAttacher(nvme.AttacherConfig{
+		SysFS: s.kernel.FS(), DevRoot: "/dev", Connector: conn, Host: host, Policy: policy,
+		AttachWait: time.Second, Poll: 50 * time.Millisecond,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ex := &iscsitest.Exec{Handler: func(ctx context.Context, argv []string) iscsitest.Result {
+		p.point(fmt.Sprint(argv))
+		return s.host.Exec.Handler(ctx, argv)
+	}}
+	w := seamWriter{s.host, p}
+	in, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: ex, Sys: sysfs.New(s.host.Sys), Writer: w, LoginConcurrency: 1, LoginTimeout: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	p.iscsi, err = attach.NewAttacher(attach.AttacherConfig{
+		Sys: sysfs.New(s.host.Sys), Writer: w, DevRoot: s.host.Dev, Initiator: in,
+		NodeLoginTimeout: time.Second, NodeLoginRetries: 2,
+		DeviceTimeout: 5 * time.Second, MultipathWait: 200 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+		VerifyNode: func(path, _ string) error { _, err := os.Stat(path); return err },
+	})
+	if err != nil {
+		panic(err)
+	}
+	p.mounter = &seamMounter{FakeMounter: s.mounts, p: p}
+	tools := &iscsitest.Exec{Handler: func(_ context.Context, argv []string) iscsitest.Result {
+		if argv[0] == "blkid" {
+			return iscsitest.Result{Out: "TYPE=ext4\n"}
+		}
+		return iscsitest.Result{}
+	}}
+	rec, err := intent.NewReconciler(intent.ReconcilerConfig{Timeout: 5 * time.Minute}, intent.ReconcilerDeps{
+		Owner: p.owner, Mounts: s.mounts, SysFS: s.kernel.FS(), Clock: s.clk,
+		Detachers: map[volume.Transport]intent.Detacher{volume.TransportNVMeTCP: nvmeAtt, volume.TransportISCSI: p.iscsi},
+	})
+	if err != nil {
+		panic(err)
+	}
+	p.mon, err = monitor.New(monitor.Config{}, monitor.Deps{
+		SysFS: s.kernel.FS(), Intents: p.owner, Reconciler: rec, Policy: policy, Connector: conn, Host: host,
+		Prober: reachable{}, Clock: s.clk, PathExists: func(string) bool { return true },
+	})
+	if err != nil {
+		panic(err)
+	}
+	p.drv, err = driver.New(driver.Config{DriverName: "csi.pathmend.io", Version: "sim", NodeID: "node-1", HealMode: heal.ModeRepair, DefaultFSType: "ext4"},
+		driver.Deps{
+			SysFS: s.kernel.FS(), Intents: p.owner, Exec: tools,
+			Mounter:   &mount.SafeFormatAndMount{Interface: p.mounter, Exec: tools},
+			Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: nvmeAtt, volume.TransportISCSI: p.iscsi},
+			Now:       s.clk.Now,
+		})
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+var host = fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"}
+
+type reachable struct{}
+
+func (reachable) Reachable(context.Context, string) error { return nil }
+
+// seamStore makes every record write a seam.
+type seamStore struct {
+	*volume.Store
+	p *process
+}
+
+func (s seamStore) Put(r volume.Record) error {
+	s.p.point(fmt.Sprintf("put %s %s", r.VolumeID, r.State))
+	return s.Store.Put(r)
+}
+
+func (s seamStore) Delete(id string) error {
+	s.p.point("delete record " + id)
+	return s.Store.Delete(id)
+}
+
+// seamConnector makes every fabrics operation a seam.
+type seamConnector struct {
+	k nvme.Connector
+	p *process
+}
+
+func (c seamConnector) Connect(ctx context.Context, o fabrics.Options) (fabrics.Result, error) {
+	c.p.point(fmt.Sprintf("connect %s %s:%s", o.NQN, o.Traddr, o.Trsvcid))
+	return c.k.Connect(ctx, o)
+}
+
+func (c seamConnector) Disconnect(ctrl string) error {
+	c.p.point("disconnect " + ctrl)
+	return c.k.Disconnect(ctrl)
+}
+
+func (c seamConnector) Rescan(ctrl string) error {
+	c.p.point("rescan " + ctrl)
+	return c.k.Rescan(ctrl)
+}
+
+// seamWriter makes every sysfs write of the iSCSI side a seam.
+type seamWriter struct {
+	h *iscsitest.Host
+	p *process
+}
+
+func (w seamWriter) WriteAttr(rel, value string) error {
+	w.p.point("write " + rel)
+	return w.h.WriteAttr(rel, value)
+}
+
+// seamMounter makes every mount and unmount a seam; the mount table is
+// the node's, shared by every process.
+type seamMounter struct {
+	*mount.FakeMounter
+	p *process
+}
+
+func (m *seamMounter) Mount(source, target, fstype string, options []string) error {
+	m.p.point("mount " + target)
+	return m.FakeMounter.Mount(source, target, fstype, options)
+}
+
+func (m *seamMounter) MountSensitive(source, target, fstype string, options, sensitive []string) error {
+	m.p.point("mount " + target)
+	return m.FakeMounter.MountSensitive(source, target, fstype, options, sensitive)
+}
+
+func (m *seamMounter) Unmount(target string) error {
+	m.p.point("unmount " + target)
+	return m.FakeMounter.Unmount(target)
+}
+
+// newMounts is the node's mount table (FakeMounter locks itself).
+func newMounts() *mount.FakeMounter { return mount.NewFakeMounter(nil) }
+
+// stagingDir makes the staging directory of a volume.
+func stagingDir(root, id string) string {
+	p := filepath.Join(root, id)
+	if err := os.MkdirAll(p, 0o750); err != nil {
+		panic(err)
+	}
+	return p
+}
