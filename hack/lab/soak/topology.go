@@ -60,6 +60,12 @@ var groups = []plan.Group{
 	{ID: "iscsi", Window: 45 * time.Second},
 }
 
+// recommended are the NVMe timeouts pathmend recommends (docs/iscsi.md, "Queueing
+// while every path is down"): never give up a controller, fail queued I/O
+// after 10 minutes. Subsystem B keeps a short ctrl_loss_tmo instead, so a
+// long drop outlasts it.
+var recommended = []string{"ctrlLossTmo", "-1", "fastIOFailTmo", "600", "reconnectDelay", "5"}
+
 func nvmeContext(nqn string, nsid string, endpoints, optimized string, extra ...string) map[string]string {
 	c := map[string]string{"transport": "nvme-tcp", "nqn": nqn, "nsid": nsid, "endpoints": endpoints, "optimizedEndpoints": optimized}
 	for i := 0; i+1 < len(extra); i += 2 {
@@ -70,8 +76,8 @@ func nvmeContext(nqn string, nsid string, endpoints, optimized string, extra ...
 
 func volumes() []*vol {
 	vs := []*vol{
-		{id: "vol-a1", group: "nvme-a", target: nqnA, context: nvmeContext(nqnA, "1", "127.0.0.1:4420,127.0.0.2:4421", "127.0.0.1:4420")},
-		{id: "vol-a2", group: "nvme-a", target: nqnA, block: true, context: nvmeContext(nqnA, "2", "127.0.0.1:4420,127.0.0.2:4421", "127.0.0.1:4420")},
+		{id: "vol-a1", group: "nvme-a", target: nqnA, context: nvmeContext(nqnA, "1", "127.0.0.1:4420,127.0.0.2:4421", "127.0.0.1:4420", recommended...)},
+		{id: "vol-a2", group: "nvme-a", target: nqnA, block: true, context: nvmeContext(nqnA, "2", "127.0.0.1:4420,127.0.0.2:4421", "127.0.0.1:4420", recommended...)},
 		{id: "vol-b", group: "nvme-b", target: nqnB, context: nvmeContext(nqnB, "1", "127.0.0.1:4422,127.0.0.3:4423", "127.0.0.1:4422", "ctrlLossTmo", "30")},
 		{id: "vol-i", group: "iscsi", target: iqnI, context: map[string]string{"transport": "iscsi", "iqn": iqnI, "portals": "127.0.0.1:3260,127.0.0.3:3260", "lun": "0"}},
 	}
