@@ -308,7 +308,7 @@ func volumeReport(in Input, v Volume) VolumeReport {
 		}
 	}
 	if in.Tracker != nil {
-		vr.AllDown = in.Tracker.AllDown[v.Spec.ID]
+		vr.AllDown = clip(in.Tracker.AllDown[v.Spec.ID], in.Start, in.End)
 		for _, rp := range in.Tracker.Replaced {
 			if rp.Volume == v.Spec.ID {
 				vr.Replaced = append(vr.Replaced, rp)
@@ -319,6 +319,27 @@ func volumeReport(in Input, v Volume) VolumeReport {
 	// (they go through its model); nothing to add.
 	vr.ErrorWindows = errorWindows(in, v.Spec.ID, s.Errors)
 	return vr
+}
+
+// clip keeps the parts of spans within [from, to]: the setup before the
+// faults start (every volume is down until it is staged) and the final
+// unstages are not the run's.
+func clip(spans []observe.Span, from, to time.Time) []observe.Span {
+	var out []observe.Span
+	for _, sp := range spans {
+		end := sp.To
+		if end.IsZero() || end.After(to) {
+			end = to
+		}
+		start := sp.From
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(start) {
+			out = append(out, observe.Span{From: start, To: end})
+		}
+	}
+	return out
 }
 
 // errorWindows groups a volume's failed operations into stretches with

@@ -212,3 +212,20 @@ panic: not json
 }
 
 var cmpTime = cmp.Comparer(func(a, b time.Time) bool { d := a.Sub(b); return d < time.Millisecond && d > -time.Millisecond })
+
+// A volume's every-path-down spans in the report are the run's: the setup
+// before the faults start and the unstages after the end are cut off, and
+// a span still open at the end ends there.
+func TestClip_KeepsTheRunsPartOfEachSpan(t *testing.T) {
+	spans := []observe.Span{
+		{From: at(0), To: at(10)},  // setup, cut to 5–10
+		{From: at(20), To: at(30)}, // inside
+		{From: at(50), To: at(55)}, // after the end: gone
+		{From: at(38)},             // open: ends at the end
+	}
+	got := clip(spans, at(5), at(40))
+	want := []observe.Span{{From: at(5), To: at(10)}, {From: at(20), To: at(30)}, {From: at(38), To: at(40)}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("clip (-want +got):\n%s", d)
+	}
+}
