@@ -17,8 +17,8 @@ func TestEncode_Canonical(t *testing.T) {
 		{
 			name: "nvme, normalized and without ignored keys",
 			vc: withKeys(nvmeBase,
-				"endpoints", " [FD00::1]:4420, Target.Example:4420",
-				"optimizedEndpoints", "target.example:4420",
+				"endpoints", " [FD00::1]:4420, [::ffff:192.0.2.10]:4420",
+				"optimizedEndpoints", "192.0.2.10:4420",
 				"nguid", "6E0B0C8E-1F2A-4B3C-8D4E-5F6A7B8C9D0E",
 				"ctrlLossTmo", "-1",
 				"nrIOQueues", "04",
@@ -26,8 +26,8 @@ func TestEncode_Canonical(t *testing.T) {
 			want: map[string]string{
 				"transport":          "nvme-tcp",
 				"nqn":                "nqn.2014-08.com.example:sub1",
-				"endpoints":          "[fd00::1]:4420,target.example:4420",
-				"optimizedEndpoints": "target.example:4420",
+				"endpoints":          "[fd00::1]:4420,192.0.2.10:4420",
+				"optimizedEndpoints": "192.0.2.10:4420",
 				"nsid":               "1",
 				"nguid":              "6e0b0c8e1f2a4b3c8d4e5f6a7b8c9d0e",
 				"ctrlLossTmo":        "-1",

@@ -114,6 +114,7 @@ var invalidCases = []invalidCase{
 	{name: "uuid all zero", vc: withKeys(nvmeBase, "uuid", "00000000-0000-0000-0000-000000000000"), key: "uuid", reason: "is all zero"},
 
 	// host side
+	{name: "nvme endpoint host name", vc: withKeys(nvmeBase, "endpoints", "192.0.2.10:4420,storage-a.example.com:4420"), key: "endpoints", reason: `item 2 "storage-a.example.com:4420": is a host name; nvme-tcp endpoints must be IP addresses`},
 	{name: "hostTraddr host name", vc: withKeys(nvmeBase, "hostTraddr", "node1.example.com"), key: "hostTraddr", reason: "is not a valid IP address"},
 	{name: "hostTraddr in brackets", vc: withKeys(nvmeBase, "hostTraddr", "[fd00::1]"), key: "hostTraddr", reason: "is not a valid IP address"},
 	{name: "hostTraddr unspecified", vc: withKeys(nvmeBase, "hostTraddr", "::"), key: "hostTraddr", reason: "not a unicast address"},

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"hash/crc32"
+	"net"
 	"strings"
 )
 
@@ -28,6 +29,9 @@ func parseNVMeTCP(vc map[string]string) (*NVMeTCP, error) {
 	var r string
 	if n.Endpoints, r = parseEndpointList(v, 0); r != "" {
 		return nil, fieldErr(keyEndpoints, "%s", r)
+	}
+	if err := checkIPEndpoints(n.Endpoints); err != nil {
+		return nil, err
 	}
 
 	if v, ok := vc[keyOptimizedEndpoints]; ok {
@@ -197,4 +201,20 @@ func checkDHCHAPKey(v string) string {
 		return "checksum does not match the key; the key was probably mistyped or truncated"
 	}
 	return ""
+}
+
+// checkIPEndpoints refuses host names among nvme-tcp endpoints. The
+// kernel's fabrics interface takes traddr as an IP literal and resolves no
+// name, and the controllers it creates publish that literal in sysfs,
+// which is what the monitor matches endpoints against: a name would parse
+// here and then fail every connect, a retry kubelet repeats forever.
+// (iSCSI portals may be names: iscsiadm resolves them, and pathmend
+// resolves them the same way before it matches sessions.)
+func checkIPEndpoints(eps []Endpoint) error {
+	for i, ep := range eps {
+		if net.ParseIP(ep.Host) == nil {
+			return fieldErr(keyEndpoints, "item %d %s: is a host name; nvme-tcp endpoints must be IP addresses, since the kernel's fabrics interface resolves no names", i+1, quoteValue(ep.String()))
+		}
+	}
+	return nil
 }

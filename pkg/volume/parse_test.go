@@ -116,7 +116,7 @@ var validCases = []validCase{
 	{
 		name: "nvme every key, normalized",
 		vc: withKeys(nvmeBase,
-			"endpoints", " [FD00:0:0::0001]:4420 , Storage-A.Example.COM:4420,192.0.2.10:04420",
+			"endpoints", " [FD00:0:0::0001]:4420 , 192.0.2.12:4420,192.0.2.10:04420",
 			"optimizedEndpoints", "192.0.2.10:4420, [fd00::1]:4420",
 			"nsid", "4294967294",
 			"nguid", "6E0B0C8E-1F2A-4B3C-8D4E-5F6A7B8C9D0E",
@@ -137,7 +137,7 @@ var validCases = []validCase{
 			"csi.storage.k8s.io/something": "ignored",
 		},
 		want: nvmeWant(func(n *NVMeTCP) {
-			n.Endpoints = []Endpoint{{"fd00::1", 4420}, {"storage-a.example.com", 4420}, {"192.0.2.10", 4420}}
+			n.Endpoints = []Endpoint{{"fd00::1", 4420}, {"192.0.2.12", 4420}, {"192.0.2.10", 4420}}
 			// In the order of endpoints, not of optimizedEndpoints.
 			n.OptimizedEndpoints = []Endpoint{{"fd00::1", 4420}, {"192.0.2.10", 4420}}
 			n.NSID = 4294967294
@@ -180,10 +180,10 @@ var validCases = []validCase{
 		}),
 	},
 	{
-		name: "nvme IPv4-mapped IPv6 endpoint becomes IPv4, trailing-dot host name kept",
-		vc:   withKeys(nvmeBase, "endpoints", "[::ffff:192.0.2.30]:4420,target.example.:8009"),
+		name: "nvme IPv4-mapped IPv6 endpoint becomes IPv4",
+		vc:   withKeys(nvmeBase, "endpoints", "[::ffff:192.0.2.30]:4420,192.0.2.31:8009"),
 		want: nvmeWant(func(n *NVMeTCP) {
-			n.Endpoints = []Endpoint{{"192.0.2.30", 4420}, {"target.example.", 8009}}
+			n.Endpoints = []Endpoint{{"192.0.2.30", 4420}, {"192.0.2.31", 8009}}
 		}),
 	},
 	{
@@ -276,8 +276,8 @@ func TestParse_NormalizedFormsCompareEqual(t *testing.T) {
 			withKeys(nvmeBase, "endpoints", "[fd00::1]:4420,[fd00::2]:4420"),
 			withKeys(nvmeBase, "endpoints", " [FD00:0::1]:4420 ,[fd00:0000::0002]:04420")},
 		{"host name case",
-			withKeys(nvmeBase, "endpoints", "a.example.com:4420"),
-			withKeys(nvmeBase, "endpoints", "A.Example.COM:4420")},
+			withKeys(iscsiBase, "portals", "a.example.com"),
+			withKeys(iscsiBase, "portals", "A.Example.COM:3260")},
 		{"nguid dashes and case",
 			withKeys(nvmeBase, "nguid", "6e0b0c8e1f2a4b3c8d4e5f6a7b8c9d0e"),
 			withKeys(nvmeBase, "nguid", "6E0B0C8E-1F2A-4B3C-8D4E-5F6A7B8C9D0E")},

@@ -164,7 +164,7 @@ func TestStore_PutRejects(t *testing.T) {
 		{"zero context", func(r *Record) { r.Context = Context{} }, `context: volume context key "transport"`},
 		{"context with the wrong sub-struct", func(r *Record) { r.Context.Transport = TransportISCSI }, "context:"},
 		{"context Parse would reject", func(r *Record) { r.Context.NVMe.NSID = 0 }, `volume context key "nsid"`},
-		{"context not normalized", func(r *Record) { r.Context.NVMe.Endpoints[0].Host = "Target.Example" }, "not in the normalized form"},
+		{"context not normalized", func(r *Record) { r.Context.NVMe.Endpoints[0].Host = "::FFFF:192.0.2.10" }, "not in the normalized form"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
