@@ -199,14 +199,16 @@ soak_faults() {
 }
 
 # soak_latencies REPORT prints each fault kind's longest heal latency
-# ("nvme-port-unlink=12.3,…"), as slowest_tests does for tests.
+# ("nvme-port-unlink=12.3,…"), as slowest_tests does for tests; a kind
+# none of whose faults healed has no latency (the report counts them).
 soak_latencies() {
 	[ -s "$1" ] || return 0
 	awk '
 		/"healLatency": \{/ { in_l = 1; next }
 		in_l && /^  \}/ { in_l = 0 }
-		in_l && /^    "[^"]+": \{/ { k = $1; gsub(/[":]/, "", k) }
-		in_l && /"maxSeconds":/ { v = $2; gsub(/,/, "", v); printf "%s%s=%.1f", (n++ ? "," : ""), k, v }
+		in_l && /^    "[^"]+": \{/ { k = $1; gsub(/[":]/, "", k); healed = 0 }
+		in_l && /"n":/ { healed = ($2 + 0 > 0) }
+		in_l && healed && /"maxSeconds":/ { v = $2; gsub(/,/, "", v); printf "%s%s=%.1f", (n++ ? "," : ""), k, v }
 	' "$1"
 }
 
