@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,8 +105,15 @@ func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *
 			t.Fatalf("pathmend exited early: %v\n%s", waitErr, b)
 		default:
 		}
-		fi, err := os.Stat(sock)
-		return err == nil && fi.Mode()&os.ModeSocket != 0
+		// Connect, not stat: a pathmend SIGKILLed before this one left
+		// its socket file behind, which refuses connections until the
+		// new process replaced it.
+		c, err := net.DialTimeout("unix", sock, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
 	})
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

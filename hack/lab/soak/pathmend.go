@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,7 +65,11 @@ func (p *pathmend) start() error {
 			return fmt.Errorf("pathmend exited at start (see %s)", p.log)
 		default:
 		}
-		if fi, err := os.Stat(p.sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		// Connect, not stat: a pathmend SIGKILLed before left its socket
+		// file behind, which refuses connections until this one replaced
+		// it.
+		if c, err := net.DialTimeout("unix", p.sock, time.Second); err == nil {
+			c.Close()
 			return nil
 		}
 		if time.Now().After(deadline) {
