@@ -60,6 +60,19 @@ func (s *soak) teardown(ctx context.Context) {
 	}
 }
 
+// orphansBounded is orphans, given up after d: a sysfs read that blocks
+// (a kernel that wedged) is reported instead of hanging the soak.
+func (s *soak) orphansBounded(d time.Duration) []string {
+	done := make(chan []string, 1)
+	go func() { done <- s.orphans() }()
+	select {
+	case o := <-done:
+		return o
+	case <-time.After(d):
+		return []string{fmt.Sprintf("unknown: reading sysfs for what was left did not return within %s", d)}
+	}
+}
+
 // orphans lists what the volumes left on the node once every one was
 // unstaged: controllers to the soak's subsystems, sessions to its target,
 // multipath maps, mounts under the kubelet directory, staged-volume

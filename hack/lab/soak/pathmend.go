@@ -100,7 +100,13 @@ func (p *pathmend) signal(sig syscall.Signal, wait time.Duration) bool {
 	case <-p.exited:
 	case <-time.After(wait):
 		_ = p.cmd.Process.Kill()
-		<-p.exited
+		// A process blocked in the kernel (a sysfs write that never
+		// returns) does not die: the soak goes on and reports it.
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			fmt.Fprintf(os.Stderr, "soak: pathmend (pid %d) did not exit after SIGKILL: blocked in the kernel\n", p.cmd.Process.Pid)
+		}
 	}
 	p.cmd = nil
 	return true

@@ -146,7 +146,7 @@ func (s *soak) run(ctx context.Context) (bool, error) {
 	watchers.Add(2)
 	go func() { defer watchers.Done(); s.observe(watchCtx) }()
 	go func() { defer watchers.Done(); s.followKernel(watchCtx) }()
-	defer func() { stopWatch(); watchers.Wait() }()
+	defer stopWatch()
 
 	for _, v := range s.vols {
 		if err := s.bringUp(ctx, s.state[v.id], "setup"); err != nil {
@@ -198,9 +198,17 @@ func (s *soak) run(ctx context.Context) (bool, error) {
 
 	s.finalVerify(ctx)
 	s.teardown(ctx)
-	orphans := s.orphans()
+	orphans := s.orphansBounded(2 * time.Minute)
 	stopWatch()
-	watchers.Wait()
+	// An observer blocked in a sysfs read (a kernel that wedged) must not
+	// keep the report from being written.
+	waited := make(chan struct{})
+	go func() { watchers.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		s.logf("the observer did not stop within 30 s: blocked in a sysfs read")
+	}
 	return s.finish(end, orphans)
 }
 

@@ -113,6 +113,9 @@ func remountedReadOnly(msg string) (string, bool) {
 }
 
 func storageLine(msg string) bool {
+	if report.KernelCrash(msg) {
+		return true
+	}
 	for _, p := range []string{"EXT4", "JBD2", "Buffer I/O", "I/O error", "device-mapper", "nvme", "session", "connection", "sd ", "scsi"} {
 		if strings.Contains(msg, p) {
 			return true

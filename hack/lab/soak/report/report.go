@@ -179,11 +179,14 @@ type Report struct {
 	ReadOnly     []ReadOnlyVerdict `json:"readOnlyRemounts,omitempty"`
 	Bounced      int               `json:"sessionsBouncedByIscsidRestarts"`
 	Orphans      []string          `json:"orphans,omitempty"`
-	Samples      int               `json:"observerSamples"`
-	MaxGap       float64           `json:"observerMaxGapSeconds"`
-	Runs         []FaultRun        `json:"faultRuns"`
-	Actions      []Action          `json:"actions"`
-	Timeline     []Event           `json:"-"`
+	// KernelCrashes are the kernel's oops and BUG lines: after one the
+	// kernel's state, and every check above, is not to be trusted.
+	KernelCrashes []Event    `json:"kernelCrashes,omitempty"`
+	Samples       int        `json:"observerSamples"`
+	MaxGap        float64    `json:"observerMaxGapSeconds"`
+	Runs          []FaultRun `json:"faultRuns"`
+	Actions       []Action   `json:"actions"`
+	Timeline      []Event    `json:"-"`
 }
 
 // ReadOnlyVerdict is a read-only remount and what explains it.
@@ -230,6 +233,11 @@ func Build(in Input) Report {
 		}
 	}
 	r.Checks.Orphans = len(in.Orphans)
+	for _, e := range in.Kernel {
+		if KernelCrash(strings.TrimPrefix(e.What, "kernel: ")) {
+			r.KernelCrashes = append(r.KernelCrashes, e)
+		}
+	}
 	r.failures(in)
 	r.Pass = len(r.Failures) == 0
 	r.Timeline = timeline(in, heals)
@@ -565,6 +573,9 @@ func (r *Report) failures(in Input) {
 	for _, o := range in.Orphans {
 		r.Failures = append(r.Failures, "orphaned at the end: "+o)
 	}
+	for _, e := range r.KernelCrashes {
+		r.Failures = append(r.Failures, fmt.Sprintf("the kernel crashed at %s: %s", e.At.Format("15:04:05.000"), e.What))
+	}
 }
 
 func suffix(v string) string {
@@ -632,4 +643,9 @@ func timeline(in Input, heals []Heal) []Event {
 	ev = append(ev, in.Kernel...)
 	sort.SliceStable(ev, func(i, j int) bool { return ev[i].At.Before(ev[j].At) })
 	return ev
+}
+
+// KernelCrash reports whether a kernel log line is an oops or a BUG.
+func KernelCrash(msg string) bool {
+	return strings.HasPrefix(msg, "BUG: ") || strings.HasPrefix(msg, "Oops: ") || strings.HasPrefix(msg, "kernel BUG at ")
 }

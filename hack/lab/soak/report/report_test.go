@@ -229,3 +229,20 @@ func TestClip_KeepsTheRunsPartOfEachSpan(t *testing.T) {
 		t.Errorf("clip (-want +got):\n%s", d)
 	}
 }
+
+// A kernel oops or BUG during the run fails it: the kernel's state, and
+// with it every other check, cannot be trusted after one.
+func TestBuild_AKernelCrashFailsTheRun(t *testing.T) {
+	in := Input{Seed: 1, Start: at(0), End: at(60), Kernel: []Event{
+		{At: at(10), What: "kernel: nvme nvme0: starting error recovery"},
+		{At: at(20), What: "kernel: BUG: kernel NULL pointer dereference, address: 0000000000000038"},
+		{At: at(20), What: "kernel: Oops: 0000 [#1] PREEMPT SMP NOPTI"},
+	}}
+	r := Build(in)
+	if r.Pass {
+		t.Fatal("a run with a kernel oops passed")
+	}
+	if len(r.KernelCrashes) != 2 {
+		t.Errorf("kernel crashes %v, want the BUG and the Oops lines", r.KernelCrashes)
+	}
+}
