@@ -49,14 +49,14 @@ func watchFS(t *testing.T, mnt string) *fsWatch {
 	if _, err := rand.Read(w.proof); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeSync(filepath.Join(mnt, "fswatch-proof"), w.proof); err != nil {
+	if err := writeDurable(filepath.Join(mnt, "fswatch-proof"), w.proof); err != nil {
 		t.Fatalf("write the proof file before the fault: %v", err)
 	}
 	return w
 }
 
-// writeSync writes b to path and fsyncs the file and its directory.
-func writeSync(path string, b []byte) error {
+// writeDurable writes b to path and fsyncs the file and its directory.
+func writeDurable(path string, b []byte) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
@@ -167,7 +167,7 @@ func (w *fsWatch) assertIntact(t *testing.T, l lab) {
 	fresh := make([]byte, 64<<10)
 	_, _ = rand.Read(fresh)
 	probe := filepath.Join(w.mnt, "fswatch-after")
-	if err := writeSync(probe, fresh); err != nil {
+	if err := writeDurable(probe, fresh); err != nil {
 		t.Errorf("after the heal, a write + fsync to %s failed: %v", w.mnt, err)
 	}
 	l.sh(t, "echo 3 >/proc/sys/vm/drop_caches")
