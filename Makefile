@@ -51,3 +51,4 @@ clean: ## remove build outputs
 	rm -rf bin .sanity.log
 
 -include hack/lab/lab.mk
+-include hack/lab/kubelet/kubelet.mk

@@ -94,6 +94,7 @@ func pathmendMetrics(t *testing.T) map[string]metricFamily {
 	t.Helper()
 	m := metrics.New()
 	m.SetVolumePaths("pv-1", "nvme-tcp", 2, 1, 1)
+	m.SetStagedDeviceReplaced("pv-1", "nvme-tcp", true)
 	m.SetDefects("nvme-tcp", map[heal.Kind]int{heal.NoNamespace: 1})
 	var outs []heal.Outcome
 	for _, v := range []heal.Verdict{heal.Repaired, heal.Observed, heal.Deferred, heal.Refused, heal.Failed} {

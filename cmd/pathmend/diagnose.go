@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	mount "k8s.io/mount-utils"
+
+	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/nvme"
@@ -36,18 +40,19 @@ func diagnoseCommand() *command {
 		name:    "diagnose",
 		summary: "Report the node's NVMe and iSCSI paths and defects, read-only",
 		synopsis: []string{
-			"diagnose [--sys-root DIR] [--state-dir DIR] [--json]",
+			"diagnose [--sys-root DIR] [--state-dir DIR] [--mountinfo FILE] [--json]",
 			"diagnose --plan [--heal-grace D] [--heal-max-scope S] [--heal-iscsi-scope S] [--iscsi-stuck-threshold D] [...]",
 		},
 		description: `Read the node's NVMe and iSCSI state from sysfs once and print it: NVMe
 subsystems, controllers, namespaces and ANA legs; iSCSI sessions, LUNs, disks
 and multipath maps; the staged volumes; and every defect the monitor would
-see. --plan adds what the heal policy would do right now, as a dry run.
+see, a staged volume whose mount is on a device the kernel replaced
+included. --plan adds what the heal policy would do right now, as a dry run.
 diagnose only reads: it writes nothing, connects nothing and starts no
 process, so it is safe on a production node. The JSON schema is in
 docs/diagnose.md.`,
 		groups: []flagGroup{
-			{"Report flags", []string{"sys-root", "state-dir", "json"}},
+			{"Report flags", []string{"sys-root", "state-dir", "mountinfo", "json"}},
 			{"Plan flags (a dry run: no action, ever)", []string{"plan", "heal-grace", "heal-max-scope", "heal-iscsi-scope", "iscsi-stuck-threshold"}},
 		},
 		exitCodes: []exitCode{
@@ -70,6 +75,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	fl := c.newFlagSet()
 	sysRoot := fl.String("sys-root", "/sys", "root of the sysfs tree to read; must hold class/ and devices/")
 	stateDir := fl.String("state-dir", "/var/lib/pathmend", "directory of the staged-volume records (empty: none)")
+	mountInfo := fl.String("mountinfo", "/proc/self/mountinfo", "mount table with device numbers, to tell whether staged volumes are still on their devices (empty: do not check)")
 	asJSON := fl.Bool("json", false, "print the report as JSON (docs/diagnose.md)")
 	plan := fl.Bool("plan", false, "also show what the heal policy would do right now (a dry run: no action, ever)")
 	grace := fl.Duration("heal-grace", heal.DefaultGrace, "with --plan: the connect grace the policy applies")
@@ -124,6 +130,17 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	isd := diagnoseISCSI(snap, records, iscsiPlanConfig{Scope: iscsi.HealScope(*iscsiScope), Threshold: *iscsiThreshold})
 	rep.ISCSI = isd.rep
 	rep.Defects = append(rep.Defects, isd.defects...)
+	var stagedPlan []planRep
+	if *mountInfo != "" {
+		infos, err := mount.ParseMountInfo(*mountInfo)
+		if err != nil {
+			fmt.Fprintf(stderr, "pathmend diagnose: --mountinfo: %v\n", err)
+			return diagnoseError
+		}
+		var staged []heal.Defect
+		staged, stagedPlan = stagedDeviceDefects(context.Background(), sys, h, snap, records, driver.MountsOf(infos))
+		rep.Defects = append(rep.Defects, staged...)
+	}
 	rep.Healthy = len(rep.Defects) == 0 && len(rep.Unreadable) == 0
 	rep.addLearned(learned)
 	if *plan {
@@ -145,7 +162,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 			fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
 			return diagnoseError
 		}
-		rep.Plan = append(companionPlan(h, nvmeDefects, learned, listing, p), isd.plan...)
+		rep.Plan = append(append(companionPlan(h, nvmeDefects, learned, listing, p), isd.plan...), stagedPlan...)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -45,6 +45,7 @@ type serveConfig struct {
 	metricsAddress  string
 	monitorInterval time.Duration
 	connectTimeout  time.Duration
+	backoffMax      time.Duration
 	attachTimeout   time.Duration
 	healGrace       time.Duration
 	healCooldown    time.Duration
@@ -78,6 +79,7 @@ func defaultServeConfig() serveConfig {
 		shutdownTimeout: 30 * time.Second,
 		monitorInterval: 3 * time.Second,
 		connectTimeout:  10 * time.Second,
+		backoffMax:      monitor.DefaultBackoffMax,
 		attachTimeout:   15 * time.Second,
 		healGrace:       heal.DefaultGrace,
 		healCooldown:    heal.DefaultCooldown,
@@ -112,6 +114,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9811 (off when empty)")
 	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", c.connectTimeout, "bound of one NVMe-oF connect")
+	fs.DurationVar(&c.backoffMax, "reconnect-backoff-max", c.backoffMax, "longest wait between reconnects of an NVMe-oF endpoint whose probe gets no answer or whose connect fails (refusals are retried every tick)")
 	fs.DurationVar(&c.attachTimeout, "attach-timeout", c.attachTimeout, "how long NodeStage waits for a namespace after connecting")
 	fs.DurationVar(&c.healGrace, "heal-grace", c.healGrace, "a teardown including a controller younger than this is deferred")
 	fs.DurationVar(&c.healCooldown, "heal-cooldown", c.healCooldown, "a repaired defect key is left alone this long")
@@ -139,7 +142,7 @@ func (c serveConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--heal: %w", err))
 	}
 	for name, d := range map[string]time.Duration{"--shutdown-timeout": c.shutdownTimeout, "--monitor-interval": c.monitorInterval,
-		"--connect-timeout": c.connectTimeout, "--attach-timeout": c.attachTimeout, "--heal-grace": c.healGrace, "--heal-cooldown": c.healCooldown,
+		"--connect-timeout": c.connectTimeout, "--attach-timeout": c.attachTimeout, "--reconnect-backoff-max": c.backoffMax, "--heal-grace": c.healGrace, "--heal-cooldown": c.healCooldown,
 		"--intent-timeout": c.intentTimeout} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
@@ -251,18 +254,21 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	var sessions monitor.SessionHealer = newSessionHeal(healer, sys, m, clk)
+	staged := &driverStaged{}
+	sessions := newSessionHeal(healer, sys, m, clk)
+	var pass monitor.SessionHealer = sessions
 	if c.healForeign {
 		nv, err := newCompanionNVMe(c, c.foreign, sys, owner, policy, connector, m, clk, false)
 		if err != nil {
 			return err
 		}
-		sessions = passes{nv, sessions}
+		pass = passes{nv, sessions}
 	}
-	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
+	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout, BackoffMax: c.backoffMax}, monitor.Deps{
 		SysFS: sys, Intents: owner, Reconciler: reconciler, Policy: policy, Connector: connector, Host: host,
 		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m, Clock: clk,
-		Sessions: sessions,
+		Sessions: pass,
+		Staged:   staged,
 	})
 	if err != nil {
 		return err
@@ -287,10 +293,14 @@ func serve(ctx context.Context, c serveConfig) error {
 			volume.TransportISCSI:   iscsiAtt,
 		},
 		Now: clk.Now,
+		NodeConditions: func() []volume.Condition {
+			return append(mon.NodeConditions(), sessions.conditions()...)
+		},
 	})
 	if err != nil {
 		return err
 	}
+	staged.d = d // before the monitor runs
 
 	var check metrics.HealthCheck
 	if c.metricsAddress != "" {

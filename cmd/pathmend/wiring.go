@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -33,13 +35,21 @@ type sessionHeal struct {
 	reader  *iscsi.Reader
 	metrics *metrics.Metrics
 	clock   clock.PassiveClock
+
+	sys sysfs.FS
+
+	// last are the iSCSI node conditions of the last tick, for
+	// NodeGetStorageHealth; snap is its read, for CurrentDevices.
+	mu   sync.Mutex
+	last []volume.Condition
+	snap *iscsi.Snapshot
 }
 
-func newSessionHeal(healer *iscsi.SessionHealer, sys sysfs.FS, m *metrics.Metrics, clk clock.PassiveClock) sessionHeal {
-	return sessionHeal{healer: healer, reader: iscsi.NewReader(sys), metrics: m, clock: clk}
+func newSessionHeal(healer *iscsi.SessionHealer, sys sysfs.FS, m *metrics.Metrics, clk clock.PassiveClock) *sessionHeal {
+	return &sessionHeal{healer: healer, reader: iscsi.NewReader(sys), metrics: m, clock: clk, sys: sys}
 }
 
-func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
+func (s *sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
 	snap, err := s.reader.Read(s.clock.Now())
 	if err != nil {
 		klog.ErrorS(err, "Read iSCSI state failed; skipping the session heal this tick")
@@ -47,7 +57,11 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 	}
 	counts := map[heal.Kind]int{}
 	var outcomes []heal.Outcome
-	for _, r := range s.healer.Tick(ctx, snap, records, recordsErr) {
+	reports := s.healer.Tick(ctx, snap, records, recordsErr)
+	s.mu.Lock()
+	s.last, s.snap = iscsi.NodeConditions(reports), snap
+	s.mu.Unlock()
+	for _, r := range reports {
 		// Every session seen down counts, in scope or not, as in
 		// `pathmend diagnose`: the heal's scope limits kicks, not reports.
 		if r.State != iscsi.SessionLoggedIn && r.DownFor > 0 {
@@ -70,6 +84,33 @@ func (s sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsE
 	}
 	s.metrics.SetDefects(string(volume.TransportISCSI), counts)
 	s.metrics.ObserveOutcomes(string(volume.TransportISCSI), outcomes)
+}
+
+// CurrentDevices returns, from the last tick's read, the block devices
+// the LUN of each staged iSCSI volume in recs has (its disks and the map
+// over them), by volume ID, for the monitor's staged-device check.
+func (s *sessionHeal) CurrentDevices(recs []volume.Record) map[string][]volume.BlockDevice {
+	s.mu.Lock()
+	snap := s.snap
+	s.mu.Unlock()
+	out := map[string][]volume.BlockDevice{}
+	if snap == nil {
+		return out
+	}
+	m := iscsi.NewPortalMatcher(context.Background(), net.DefaultResolver)
+	for _, r := range recs {
+		if r.Context.ISCSI != nil {
+			out[r.VolumeID] = iscsi.CurrentDevices(s.sys, snap, m, r.Context.ISCSI)
+		}
+	}
+	return out
+}
+
+// conditions are the iSCSI node conditions of the last tick.
+func (s *sessionHeal) conditions() []volume.Condition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
 }
 
 // recoveryMethod names a kick the way the metric documents it.
@@ -100,6 +141,17 @@ func (w withMonitorNotes) Health(ctx context.Context, rec volume.Record) volume.
 		c.Message += "; " + strings.Join(st.Notes, "; ")
 	}
 	return c
+}
+
+// driverStaged gives the monitor, built before the driver (whose NVMe
+// attacher reads the monitor's notes), the driver's staged-device check.
+// d is set before the monitor runs.
+type driverStaged struct {
+	d *driver.Driver
+}
+
+func (s *driverStaged) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
+	return s.d.StagedDevices(recs)
 }
 
 // healthCheck is /healthz: the CSI server answers Probe over its socket,

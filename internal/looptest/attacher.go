@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -24,6 +25,7 @@ type Attacher struct {
 	mu      sync.Mutex
 	backing map[string]string           // volume ID → backing file
 	health  map[string]driver.Condition // injected conditions
+	current map[string]string           // volume ID → its loop device after a Replace
 	// Attaches counts successful Attach calls, for tests.
 	Attaches int
 }
@@ -32,7 +34,7 @@ var _ driver.Attacher = (*Attacher)(nil)
 
 // NewAttacher returns an Attacher with no volumes.
 func NewAttacher() *Attacher {
-	return &Attacher{backing: map[string]string{}, health: map[string]driver.Condition{}}
+	return &Attacher{backing: map[string]string{}, health: map[string]driver.Condition{}, current: map[string]string{}}
 }
 
 // Register makes volumeID attachable from file.
@@ -48,6 +50,46 @@ func (a *Attacher) Unregister(volumeID string) {
 	defer a.mu.Unlock()
 	delete(a.backing, volumeID)
 	delete(a.health, volumeID)
+	delete(a.current, volumeID)
+}
+
+// Replace does to a volume what Linux does to a block device whose every
+// path was lost for a while: the old loop device is detached — lazily,
+// so it lives on, dead to its users, for as long as something holds it
+// (a mount) — and the backing file is attached to a new loop device,
+// which becomes the volume's device. It returns both.
+func (a *Attacher) Replace(ctx context.Context, volumeID string) (old, replacement string, err error) {
+	file, err := a.file(volumeID)
+	if err != nil {
+		return "", "", err
+	}
+	if old, err = a.device(ctx, volumeID, file); err != nil || old == "" {
+		return "", "", fmt.Errorf("volume %s has no loop device to replace: %v", volumeID, err)
+	}
+	out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", file).Output()
+	if err != nil {
+		return "", "", fmt.Errorf("losetup %s: %w", file, exitErr(err))
+	}
+	replacement = strings.TrimSpace(string(out))
+	if err := detachDevice(ctx, old); err != nil {
+		return "", "", err
+	}
+	a.mu.Lock()
+	a.current[volumeID] = replacement
+	a.mu.Unlock()
+	return old, replacement, nil
+}
+
+// device is the volume's loop device: the one a Replace made, else the
+// one backed by file.
+func (a *Attacher) device(ctx context.Context, volumeID, file string) (string, error) {
+	a.mu.Lock()
+	dev, ok := a.current[volumeID]
+	a.mu.Unlock()
+	if ok {
+		return dev, nil
+	}
+	return LoopOf(ctx, file)
 }
 
 // SetCondition makes Health report c for volumeID.
@@ -80,7 +122,7 @@ func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver
 	if err != nil {
 		return att, err
 	}
-	dev, err := LoopOf(ctx, file)
+	dev, err := a.device(ctx, req.VolumeID, file)
 	if err != nil {
 		return att, err
 	}
@@ -120,10 +162,13 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, _ volume.CoTen
 		// The controller deleted the volume: detach by recorded device.
 		return detachDevice(ctx, rec.Device)
 	}
-	dev, err := LoopOf(ctx, file)
+	dev, err := a.device(ctx, rec.VolumeID, file)
 	if err != nil || dev == "" {
 		return err
 	}
+	a.mu.Lock()
+	delete(a.current, rec.VolumeID)
+	a.mu.Unlock()
 	return detachDevice(ctx, dev)
 }
 
@@ -148,18 +193,35 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	return deviceSize(rec.Device)
 }
 
-// Health reports an injected condition, else whether the device exists.
-func (a *Attacher) Health(_ context.Context, rec volume.Record) driver.Condition {
+// Health reports an injected condition, else whether the device exists;
+// either way with the volume's current loop device and its number.
+func (a *Attacher) Health(ctx context.Context, rec volume.Record) driver.Condition {
 	a.mu.Lock()
 	c, ok := a.health[rec.VolumeID]
 	a.mu.Unlock()
-	if ok {
-		return c
+	if !ok {
+		c = driver.Condition{Status: driver.Healthy}
+		if _, err := os.Stat(rec.Device); err != nil {
+			c = driver.Condition{Status: driver.Inaccessible, Reason: "DeviceGone", Message: fmt.Sprintf("loop device %s is gone", rec.Device)}
+		}
 	}
-	if _, err := os.Stat(rec.Device); err != nil {
-		return driver.Condition{Status: driver.Inaccessible, Reason: "DeviceGone", Message: fmt.Sprintf("loop device %s is gone", rec.Device)}
+	if file, err := a.file(rec.VolumeID); err == nil {
+		if dev, err := a.device(ctx, rec.VolumeID, file); err == nil && dev != "" {
+			if n, err := numberOf(dev); err == nil {
+				c.Devices = []volume.BlockDevice{{Name: filepath.Base(dev), Number: n}}
+			}
+		}
 	}
-	return driver.Condition{Status: driver.Healthy}
+	return c
+}
+
+// numberOf reads a loop device's number from sysfs.
+func numberOf(dev string) (volume.DeviceNumber, error) {
+	b, err := os.ReadFile(filepath.Join("/sys/class/block", filepath.Base(dev), "dev"))
+	if err != nil {
+		return volume.DeviceNumber{}, err
+	}
+	return volume.ParseDeviceNumber(string(b))
 }
 
 // LoopOf returns the loop device backed by file, or "" when none is.

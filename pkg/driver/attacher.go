@@ -49,6 +49,20 @@ type Attacher interface {
 	Health(ctx context.Context, rec volume.Record) Condition
 }
 
+// DeviceChecker is implemented by an Attacher whose device can change
+// between Attach and its first use, when nothing holds it open yet (iSCSI:
+// a multipath map assembled late takes the single disk Attach settled
+// for). The driver calls CheckDevice just before it formats and mounts
+// the device (again when the mount fails) and, for raw block access,
+// before it records the volume staged.
+type DeviceChecker interface {
+	// CheckDevice re-reads the kernel for the device rec names (Device,
+	// DevNum) and returns the device to use now: the same one, or the
+	// one that has taken its place. An error says the device must not be
+	// used now (wrapping volume.ErrUnavailable when a retry may succeed).
+	CheckDevice(ctx context.Context, rec volume.Record) (Device, error)
+}
+
 // The attach-side types are defined in pkg/volume so that transports
 // implement Attacher without importing this gRPC-facing package.
 type (

@@ -7,7 +7,11 @@
 // and the logging interceptor with its redacted, bounded request dump
 // (redact.go). It owns the node-side lifecycle of a volume: attach through
 // the transport's Attacher, format and mount at the staging path, bind
-// mounts at target paths, stats, condition and online expansion.
+// mounts at target paths, stats, condition and online expansion. Just
+// before it formats and mounts a staged device (and again when the mount
+// fails; for raw block, before it records the volume staged) it asks an
+// Attacher that implements DeviceChecker whether the device is still the
+// one to use, and records the device that took its place.
 //
 // The node's intent is not its own: the intent owner (pkg/intent, shared
 // with the monitor and the iSCSI heal) admits one RPC per volume (a second
@@ -22,6 +26,17 @@
 // Attachers are injected, chosen by the "transport" key of the volume
 // context. It keeps no state in memory; everything a restarted plugin
 // needs comes from the records on disk and from the kernel.
+//
+// A staged volume's device is known by number, not name: the record keeps
+// the number it was staged with (checked against the device node), and the
+// device its users hold is read from the mount table (Deps.MountInfo) or
+// the device node at a block publication. When that is not one of the
+// devices the transport finds for the volume now (Condition.Devices), the
+// kernel removed the device and made a new one (staged_device.go): the
+// volume is INACCESSIBLE, StagedDeviceReplaced, in health and storage
+// health, NodeGetVolumeStats answers FailedPrecondition, and NodeStage
+// restages it when no publication holds the old mount (restage.go).
+// NodeGetStorageHealth adds the node's conditions (Deps.NodeConditions).
 //
 // Invariants: every argument is validated before the host is touched; a
 // request over a CSI limit reaches no handler; a failed NodeStage removes

@@ -60,6 +60,15 @@ type Deps struct {
 	Attachers map[volume.Transport]Attacher
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
+	// MountInfo reads the mount table with each mount's device number;
+	// /proc/self/mountinfo when nil.
+	MountInfo func() ([]mount.MountInfo, error)
+	// NodeConditions, when set, adds the node-wide storage conditions the
+	// monitor saw in its last tick (targets and portals that do not
+	// answer, iSCSI sessions the heal cannot kick) to
+	// NodeGetStorageHealth. Degraded is reported as STORAGE_DEGRADED,
+	// Inaccessible as STORAGE_UNREACHABLE.
+	NodeConditions func() []volume.Condition
 }
 
 // Driver serves the CSI Identity and Node services of one node.
@@ -134,6 +143,9 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now
+	}
+	if deps.MountInfo == nil {
+		deps.MountInfo = defaultMountInfo
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -132,6 +132,8 @@ type fakeAttacher struct {
 	attachIn chan struct{} // closed by Attach when it starts
 	release  chan struct{} // Attach waits for it when set
 	err      error
+	// health, when set, is every volume's condition.
+	health func(volume.Record) driver.Condition
 }
 
 func (f *fakeAttacher) record(c string) {
@@ -185,6 +187,9 @@ func (f *fakeAttacher) Expand(_ context.Context, rec volume.Record) (int64, erro
 }
 
 func (f *fakeAttacher) Health(_ context.Context, rec volume.Record) driver.Condition {
+	if f.health != nil {
+		return f.health(rec)
+	}
 	return driver.Condition{Message: "fake"}
 }
 

@@ -385,3 +385,61 @@ func hasCapSysResource(t *testing.T) bool {
 	}
 	return false
 }
+
+// kubelet asks a raw block volume's stats at its global map path,
+// plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/<pod UID>: a file it
+// bind-mounts the published device onto, which pathmend never made.
+// pathmend answered NotFound, so kubelet had no capacity for any raw
+// block volume. The volume's own device is found there; another device
+// is still NotFound.
+func TestStats_BlockVolumeAtKubeletsGlobalMapPath(t *testing.T) {
+	requireMounts(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	env := newTestEnv(t, dir, "ext4")
+	cap := blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	publish := func(name string, size int64) (id, target string) {
+		vol := env.createVolume(t, name, size)
+		staging := mkdir(t, dir, "staging-"+name)
+		ok(t)(env.driver.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeCapability: cap, VolumeContext: vol.VolumeContext}))
+		target = filepath.Join(dir, "publish", name, "pod-uid")
+		ok(t)(env.driver.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, TargetPath: target, VolumeCapability: cap}))
+		t.Cleanup(func() {
+			_, _ = env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.VolumeId, TargetPath: target})
+			_, _ = env.driver.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging})
+		})
+		return vol.VolumeId, target
+	}
+	id, target := publish("block", 64<<20)
+	otherID, otherTarget := publish("other", 32<<20)
+
+	// What kubelet's MapBlockVolume does: a file under the global map
+	// directory with the published device bind-mounted onto it.
+	globalMap := filepath.Join(dir, "plugins", "kubernetes.io", "csi", "volumeDevices", "block", "dev", "pod-uid")
+	if err := os.MkdirAll(filepath.Dir(globalMap), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(globalMap, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.mounter.Mount(target, globalMap, "", []string{"bind"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.mounter.Unmount(globalMap) })
+
+	stats, err := env.driver.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: globalMap})
+	if err != nil || len(stats.GetUsage()) != 1 || stats.GetUsage()[0].GetTotal() != 64<<20 {
+		t.Errorf("stats at kubelet's global map path = %v, %v; want the 64 MiB of the volume", stats, err)
+	}
+	// Another volume's device, or a plain file, is not this volume.
+	_, err = env.driver.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: otherTarget})
+	wantCode(t, err, codes.NotFound)
+	_, err = env.driver.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: otherID, VolumePath: globalMap})
+	wantCode(t, err, codes.NotFound)
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = env.driver.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: plain})
+	wantCode(t, err, codes.NotFound)
+}

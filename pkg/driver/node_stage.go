@@ -75,9 +75,18 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			return nil, alreadyExists("volume %s is already %s with different arguments: %s", volumeID, prev.State, why)
 		}
 		if wasStaged {
-			inPlace, err := d.stagedInPlace(prev)
+			// A staged device the kernel replaced is unmounted first (or
+			// the call fails while a publication holds it): the volume is
+			// then no longer in place and is staged again.
+			replaced, err := d.clearReplacedStaging(ctx, prev, att)
 			if err != nil {
-				return nil, internal(err, "check staged volume %s", volumeID)
+				return nil, err
+			}
+			inPlace := false
+			if !replaced {
+				if inPlace, err = d.stagedInPlace(prev); err != nil {
+					return nil, internal(err, "check staged volume %s", volumeID)
+				}
 			}
 			if inPlace {
 				klog.V(4).InfoS("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
@@ -115,11 +124,32 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 		return err
 	}
+	// Nothing holds the device open until it is mounted (or, for raw
+	// block, published): the attacher checks that it is still the
+	// volume's device to use, or names what took its place.
+	if _, err := d.checkDevice(ctx, att, &want); err != nil {
+		return nil, fail(err, false)
+	}
 	mountedNow := false
 	if vc.access == volume.AccessMount {
 		mountedNow, err = d.mountStaging(want)
 		if err != nil {
-			return nil, fail(err, false)
+			// The device may have been taken between the check and the
+			// mount (a map assembled over a disk after its mkfs): the
+			// mount then fails busy, and the device that took its place
+			// holds the same data.
+			changed, cerr := d.checkDevice(ctx, att, &want)
+			switch {
+			case cerr != nil:
+				// The check says why the mount failed and whether a
+				// retry may succeed: its code is the answer.
+				return nil, fail(fmt.Errorf("%w (after the mount failed: %v)", cerr, err), false)
+			case !changed:
+				return nil, fail(err, false)
+			}
+			if mountedNow, err = d.mountStaging(want); err != nil {
+				return nil, fail(err, false)
+			}
 		}
 	}
 
@@ -172,6 +202,16 @@ func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, s
 		return a, err
 	}
 	klog.V(2).InfoS("Attached volume", "volumeID", volumeID, "transport", want.Context.Transport, "device", a.Device.Path, "sizeBytes", a.Device.SizeBytes, "created", createdString(a))
+	// The number recorded is the device node's, checked against the
+	// kernel's: it is what the staged-device check compares with.
+	num, err := attachedNumber(a.Device)
+	if err != nil {
+		if !wasStaged {
+			d.undoLocked(ctx, att, a, co, lease, hadRecord)
+		}
+		return a, err
+	}
+	a.Device.Number = num
 	if !wasStaged {
 		want.Device, want.DevNum = a.Device.Path, a.Device.Number
 		if err := lease.Put(want); err != nil {
@@ -214,6 +254,35 @@ func (d *Driver) undoLocked(ctx context.Context, att Attacher, a Attachment, co 
 	if err := lease.Delete(a.VolumeID); err != nil {
 		klog.ErrorS(err, "Rollback: could not remove the attaching record", "volumeID", a.VolumeID)
 	}
+}
+
+// checkDevice asks an attacher that implements DeviceChecker whether
+// rec's device is still the one to use. When another device has taken
+// its place it switches rec to it, records the new device in the
+// volume's record, and reports changed.
+func (d *Driver) checkDevice(ctx context.Context, att Attacher, rec *volume.Record) (changed bool, err error) {
+	dc, ok := att.(DeviceChecker)
+	if !ok {
+		return false, nil
+	}
+	dev, err := dc.CheckDevice(ctx, *rec)
+	if err != nil {
+		return false, fmt.Errorf("check device %s of volume %s: %w", rec.Device, rec.VolumeID, err)
+	}
+	if dev.Path == rec.Device && dev.Number == rec.DevNum {
+		return false, nil
+	}
+	klog.V(2).InfoS("Volume's device changed since the attach", "volumeID", rec.VolumeID, "device", rec.Device, "devNum", rec.DevNum, "newDevice", dev.Path, "newDevNum", dev.Number)
+	rec.Device, rec.DevNum = dev.Path, dev.Number
+	cur, err := d.deps.Intents.Get(rec.VolumeID)
+	if err != nil {
+		return false, internal(err, "read record of volume %s", rec.VolumeID)
+	}
+	cur.Device, cur.DevNum = dev.Path, dev.Number
+	if err := d.deps.Intents.Update(cur); err != nil {
+		return false, internal(err, "record new device of volume %s", rec.VolumeID)
+	}
+	return true, nil
 }
 
 func createdString(a Attachment) string {
@@ -259,10 +328,14 @@ func (d *Driver) mountStaging(rec volume.Record) (mounted bool, err error) {
 }
 
 // stagedInPlace reports whether a recorded volume is still staged: its
-// device exists and, for filesystem access, is what is mounted at the
-// staging path.
+// device exists — the device the record numbers, when it numbers one: a
+// name the kernel gave to another device since is not it — and, for
+// filesystem access, is what is mounted at the staging path.
 func (d *Driver) stagedInPlace(rec volume.Record) (bool, error) {
 	if fi, err := os.Stat(rec.Device); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		return false, nil
+	}
+	if n, ok := rdevOf(rec.Device); ok && !rec.DevNum.IsZero() && n != rec.DevNum {
 		return false, nil
 	}
 	if rec.AccessType == volume.AccessBlock {
@@ -275,9 +348,13 @@ func (d *Driver) stagedInPlace(rec volume.Record) (bool, error) {
 	return d.mountedFrom(rec.StagingPath, rec.Device)
 }
 
-// mountedFrom reports whether the mount at path is of device (symlinks of
-// either resolved).
+// mountedFrom reports whether the mount at path is of device: by device
+// number when the mount table and the device node tell it, else by path
+// (symlinks of either resolved).
 func (d *Driver) mountedFrom(path, device string) (bool, error) {
+	if same, known, err := d.sameDevice(path, device); err == nil && known {
+		return same, nil
+	}
 	src, _, err := mountDevice(d.deps.Mounter, path)
 	if err != nil {
 		return false, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"syscall"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -46,7 +47,10 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 }
 
 // lookupVolumeAt returns the record of a volume staged or published at
-// path, or NotFound.
+// path, or NotFound. A raw block volume is also found at any node of its
+// own device: kubelet asks for a block volume's stats at its global map
+// path (plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/<pod UID>), a
+// bind mount of the published device that pathmend never made.
 func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileInfo, error) {
 	rec, err := d.deps.Intents.Get(volumeID)
 	switch {
@@ -55,23 +59,45 @@ func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileIn
 	case err != nil:
 		return volume.Record{}, nil, internal(err, "read record of volume %s", volumeID)
 	}
-	if path != rec.StagingPath && !slices.ContainsFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == path }) {
-		return volume.Record{}, nil, notFound("volume %s is not staged or published at %s", volumeID, path)
-	}
+	recorded := path == rec.StagingPath || slices.ContainsFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == path })
 	fi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
+	switch {
+	case !recorded && (err != nil || !isVolumeDevice(rec, fi)):
+		return volume.Record{}, nil, notFound("volume %s is not staged or published at %s", volumeID, path)
+	case errors.Is(err, os.ErrNotExist):
 		return volume.Record{}, nil, notFound("volume path %s does not exist", path)
-	}
-	if err != nil {
+	case err != nil:
 		return volume.Record{}, nil, internal(err, "stat %s", path)
 	}
 	return rec, fi, nil
 }
 
+// isVolumeDevice reports whether fi is a node of rec's block device: a
+// block volume's device, same device number.
+func isVolumeDevice(rec volume.Record, fi os.FileInfo) bool {
+	if rec.AccessType != volume.AccessBlock || rec.Device == "" || !isBlockDevice(fi) {
+		return false
+	}
+	dev, err := os.Stat(rec.Device)
+	if err != nil || !isBlockDevice(dev) {
+		return false
+	}
+	a, okA := fi.Sys().(*syscall.Stat_t)
+	b, okB := dev.Sys().(*syscall.Stat_t)
+	return okA && okB && a.Rdev == b.Rdev
+}
+
+func isBlockDevice(fi os.FileInfo) bool {
+	return fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0
+}
+
 // NodeGetVolumeStats reports capacity and inodes of a filesystem volume or
 // the size of a block volume. Path health is reported by
 // NodeGetVolumeHealth: CSI v1.13 removed the alpha VolumeCondition field
-// from this response.
+// from this response. A volume whose staged device the kernel replaced has
+// no usage to report — its filesystem is on a removed device — so it is
+// answered FailedPrecondition with what happened and what to do, which
+// kubelet logs, instead of numbers that look normal.
 func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	volumeID := req.GetVolumeId()
 	path, err := volumePathOf(volumeID, req.GetVolumePath())
@@ -81,6 +107,11 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	rec, _, err := d.lookupVolumeAt(volumeID, path)
 	if err != nil {
 		return nil, err
+	}
+	if att, err := d.attacher(rec.Context.Transport); err == nil {
+		if c, ok := d.replaced(ctx, rec, att); ok {
+			return nil, failedPrecondition("%s", c.Message)
+		}
 	}
 	if rec.AccessType == volume.AccessBlock {
 		size, err := blockDeviceSize(rec.Device)

@@ -88,7 +88,7 @@ func TestRecord_BiggestAcceptedRequestRoundTrips(t *testing.T) {
 	rec := volume.Record{
 		VolumeID: stage.GetVolumeId(), State: volume.StateDetaching, StateSince: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC),
 		Context: c, StagingPath: stage.GetStagingTargetPath(),
-		AccessType: volume.AccessMount, FSType: "ext4", MountFlags: flags, Device: "/dev/nvme0n1", DevNum: "4095:1048575",
+		AccessType: volume.AccessMount, FSType: "ext4", MountFlags: flags, Device: "/dev/nvme0n1", DevNum: volume.DeviceNumber{Major: 4095, Minor: 1048575},
 		StagedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC),
 	}
 	for i := range volume.MaxPublications {

@@ -24,6 +24,14 @@
 //  6. observe mode logs what it would tear down and touches nothing;
 //     repair mode runs the teardown through the Repairer (the mechanism).
 //
+// A Repairer may also be a FirstStepper: a defect with a non-destructive
+// first step (the NVMe rescan of a missing namespace) gets it in repair
+// mode whatever the rules above decide about its teardown — a rescan
+// strands nobody — under a cooldown of its own (the same duration, key
+// "<key> (first step)"). A first step that cures the defect is its repair;
+// otherwise the teardown verdict stands, and the verdict line names the
+// step (firstStep) and is logged even when the verdict did not change.
+//
 // Defects are handled narrowest scope first, and one whose paths an
 // earlier repair of the same pass already removed is skipped. Every
 // verdict is logged once at level 0 with stable keys (verdict, defect,

@@ -51,6 +51,25 @@ type Repairer interface {
 	Repair(ctx context.Context, d Defect) (removed []Path, err error)
 }
 
+// FirstStepper is implemented by a Repairer that has a non-destructive
+// first step for some defects: the NVMe repair rescans a missing
+// namespace before it would tear anything down. Such a step costs nobody
+// a path, so the policy runs it whatever it decides about the teardown —
+// a teardown refused for its co-tenants, capped by scope or deferred does
+// not hold back a rescan — under a cooldown of its own, in repair mode
+// only.
+type FirstStepper interface {
+	// FirstStep names the non-destructive step of d, e.g. "rescan nvme0,
+	// nvme1"; "" when d has none.
+	FirstStep(d Defect) string
+	// TryFirstStep runs it and reports whether the defect is gone
+	// afterwards.
+	TryFirstStep(ctx context.Context, d Defect) (cured bool, err error)
+}
+
+// firstStepKey is the cooldown key of a defect's first step.
+func firstStepKey(d Defect) string { return d.Key + " (first step)" }
+
 // Config configures a Policy.
 type Config struct {
 	// Mode is repair, observe or off.
@@ -80,6 +99,11 @@ type Outcome struct {
 	Removed []Path
 	// Err is the repair error of a Failed outcome.
 	Err error
+	// FirstStep says what the non-destructive first step did this time
+	// (see FirstStepper), e.g. "rescan nvme0, nvme1: the namespace is
+	// still missing"; "" when none ran. It ran whatever the verdict on
+	// the teardown says.
+	FirstStep string
 }
 
 // Policy decides whether a defect may be repaired now. One Policy is built
@@ -160,20 +184,51 @@ func (p *Policy) Heal(ctx context.Context, defects []Defect, r Repairer) []Outco
 			continue
 		}
 		o := p.decide(d)
-		if o.Verdict == Repaired { // allowed; act or observe
-			if p.cfg.Mode == ModeObserve {
-				o.Verdict, o.Class, o.Reason = Observed, ClassObserveMode, "observe mode: would tear down "+pathNames(d.Teardown)
-			} else {
-				o = p.run(ctx, d, r)
-				for _, rp := range o.Removed {
-					removed[rp.Name] = true
-				}
+		first, cured := p.firstStep(ctx, d, r)
+		switch {
+		case cured:
+			o = Outcome{Defect: d, Verdict: Repaired, Class: ClassFirstStepCured, Reason: first + "; nothing torn down"}
+		case o.Verdict == Repaired && p.cfg.Mode == ModeObserve: // allowed: observe
+			o.Verdict, o.Class, o.Reason = Observed, ClassObserveMode, "observe mode: would tear down "+pathNames(d.Teardown)
+		case o.Verdict == Repaired: // allowed: act
+			o = p.run(ctx, d, r)
+			for _, rp := range o.Removed {
+				removed[rp.Name] = true
 			}
 		}
+		o.FirstStep = first
 		p.log(o)
 		out = append(out, o)
 	}
 	return out
+}
+
+// firstStep runs d's non-destructive first step when r has one for d,
+// the mode is repair and the step's own cooldown allows, whatever the
+// policy decides about the teardown. It returns what the step did ("" when
+// it did not run) and whether the defect is gone.
+func (p *Policy) firstStep(ctx context.Context, d Defect, r Repairer) (did string, cured bool) {
+	fs, ok := r.(FirstStepper)
+	if !ok || p.cfg.Mode != ModeRepair {
+		return "", false
+	}
+	step := fs.FirstStep(d)
+	if step == "" {
+		return "", false
+	}
+	key := firstStepKey(d)
+	if left, _ := p.cooldown.Left(key); left > 0 {
+		return "", false
+	}
+	p.cooldown.Mark(key)
+	cured, err := fs.TryFirstStep(ctx, d)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s failed: %v", step, err), false
+	case cured:
+		return step + ": the defect is gone", true
+	}
+	return step + ": the defect remains", false
 }
 
 // decide applies the rules in order: a teardown the intent owner blocks,
@@ -237,11 +292,14 @@ func (p *Policy) prune() {
 // relogInterval); repairs, failures and observations are always logged.
 func (p *Policy) log(o Outcome) {
 	d := o.Defect
+	// A deferral or refusal is logged once while it stays the same; one
+	// whose first step just ran is news (the step is logged with it), and
+	// the ticks after it repeat it no more than before.
 	if o.Verdict == Deferred || o.Verdict == Refused {
 		what := string(o.Verdict) + ":" + string(o.Class)
 		p.mu.Lock()
 		m, seen := p.logged[d.Key]
-		if seen && m.what == what {
+		if seen && m.what == what && o.FirstStep == "" {
 			p.mu.Unlock()
 			return
 		}
@@ -252,6 +310,9 @@ func (p *Policy) log(o Outcome) {
 		"verdict", o.Verdict, "defect", d.Kind, "scope", d.Scope, "key", d.Key,
 		"controllers", pathNames(d.Teardown), "coTenants", coTenantNames(d.CoTenants),
 		"volumes", strings.Join(d.Volumes, ","), "reason", o.Reason, "mode", p.cfg.Mode,
+	}
+	if o.FirstStep != "" {
+		kv = append(kv, "firstStep", o.FirstStep)
 	}
 	if o.Err != nil {
 		klog.ErrorS(o.Err, "Heal verdict", kv...)

@@ -288,13 +288,20 @@ func TestHeal_CooldownMemoryIsBounded(t *testing.T) {
 	}
 }
 
-func TestHeal_LogsEachVerdictOnce(t *testing.T) {
+// captureLogs sends klog's output to the returned buffer for the test.
+func captureLogs(t *testing.T) *bytes.Buffer {
+	t.Helper()
 	var buf bytes.Buffer
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
 	fs.Parse([]string{"-logtostderr=false", "-alsologtostderr=false"})
 	klog.SetOutput(&buf)
 	t.Cleanup(func() { klog.SetOutput(nil); fs.Set("logtostderr", "true") })
+	return &buf
+}
+
+func TestHeal_LogsEachVerdictOnce(t *testing.T) {
+	buf := captureLogs(t)
 
 	clk := clocktesting.NewFakeClock(t0)
 	p := newPolicy(t, ModeRepair, clk)
@@ -389,5 +396,89 @@ func TestWindow_MarkAtCountsFromThePast(t *testing.T) {
 	w.MarkAt("iscsid", t0.Add(-4*time.Minute))
 	if left, ago := w.Left("iscsid"); left != 6*time.Minute || ago != 4*time.Minute {
 		t.Fatalf("left %s ago %s", left, ago)
+	}
+}
+
+// stepper is a recorder with a first step (a rescan) that cures the
+// defect when cures is set.
+type stepper struct {
+	recorder
+	steps int
+	cures bool
+}
+
+func (s *stepper) FirstStep(d Defect) string {
+	if d.Kind != NamespaceMissing {
+		return ""
+	}
+	return "rescan nvme0, nvme1"
+}
+
+func (s *stepper) TryFirstStep(context.Context, Defect) (bool, error) {
+	s.steps++
+	s.calls = append(s.calls, "first step")
+	return s.cures, nil
+}
+
+// A missing namespace in a subsystem shared with another volume: the
+// teardown is refused (it would strand the co-tenant), but the rescan —
+// which strands nobody — runs anyway, before the refusal, once per
+// cooldown; the verdict line says both. A rescan that brings the
+// namespace back is the repair.
+func TestHeal_FirstStepRunsWhateverTheCoTenantGateSays(t *testing.T) {
+	buf := captureLogs(t)
+
+	clk := clocktesting.NewFakeClock(t0)
+	p := newPolicy(t, ModeRepair, clk)
+	r := &stepper{}
+	d := Defect{Kind: NamespaceMissing, Scope: ScopeSubsystem, Key: "nqn.2014-08.io.example:shared",
+		Teardown:  []Path{{Name: "nvme0", State: "live"}, {Name: "nvme1", State: "live"}},
+		CoTenants: []CoTenant{{Namespace: "nvme-subsys0 nsid 1", Device: "nvme0n1"}}}
+	var steps []int
+	for range 130 { // 130 s of 1 s ticks, cooldown 60 s
+		out := p.Heal(context.Background(), []Defect{d}, r)
+		if out[0].Verdict != Refused || !strings.HasPrefix(out[0].Reason, "would leave co-tenants") {
+			t.Fatalf("outcome = %+v", out[0])
+		}
+		if out[0].FirstStep != "" {
+			steps = append(steps, int(clk.Since(t0)/time.Second))
+			if out[0].FirstStep != "rescan nvme0, nvme1: the defect remains" {
+				t.Errorf("first step = %q", out[0].FirstStep)
+			}
+		}
+		clk.Step(time.Second)
+	}
+	if diff := cmp.Diff([]int{0, 60, 120}, steps); diff != "" {
+		t.Errorf("rescans at seconds (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"first step", "first step", "first step"}, r.calls); diff != "" {
+		t.Errorf("calls (-want +got) — a teardown ran:\n%s", diff)
+	}
+	klog.Flush()
+	logs := buf.String()
+	if n := strings.Count(logs, `firstStep="rescan nvme0, nvme1: the defect remains"`); n != 3 {
+		t.Errorf("%d refusal lines name the rescan, want one per rescan (3):\n%s", n, logs)
+	}
+	if n := strings.Count(logs, `verdict="refused"`); n != 3 {
+		t.Errorf("%d refusal lines in 130 ticks, want only the 3 that name a rescan:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, `verdict="refused"`) || !strings.Contains(logs, `reason="would leave co-tenants with no accessible path: nvme-subsys0 nsid 1 (nvme0n1)"`) {
+		t.Errorf("the refusal line does not say what was refused:\n%s", logs)
+	}
+
+	// The rescan brings the namespace back: that is the repair.
+	r.cures = true
+	clk.Step(time.Minute)
+	out := p.Heal(context.Background(), []Defect{d}, r)
+	if out[0].Verdict != Repaired || out[0].Reason != "rescan nvme0, nvme1: the defect is gone; nothing torn down" || len(out[0].Removed) != 0 {
+		t.Fatalf("cured: %+v", out[0])
+	}
+
+	// Observe mode runs nothing, not even the rescan.
+	obs := newPolicy(t, ModeObserve, clk)
+	o := &stepper{}
+	obs.Heal(context.Background(), []Defect{d}, o)
+	if o.steps != 0 {
+		t.Error("observe mode ran the first step")
 	}
 }

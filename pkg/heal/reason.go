@@ -29,6 +29,10 @@ const (
 	ClassTornDown Class = "torn_down"
 	// ClassTeardownFailed: failed, the teardown returned an error.
 	ClassTeardownFailed Class = "teardown_failed"
+	// ClassFirstStepCured: repaired, the non-destructive first step (the
+	// rescan of a missing namespace) brought the defect to an end;
+	// nothing was torn down.
+	ClassFirstStepCured Class = "first_step_cured"
 	// ClassUnreadableRecord: refused, a staged-volume record that may be
 	// a volume of the target cannot be read: nothing of the target is
 	// torn down until it is readable or removed (docs/state.md).
@@ -46,6 +50,10 @@ const (
 	// ClassPortalUnreachable: refused, the portal does not answer; iscsid
 	// retries by itself.
 	ClassPortalUnreachable Class = "portal_unreachable"
+	// ClassAwaitingPortal: deferred, a node record has no session and its
+	// portal does not answer; pathmend logs in once it answers (iscsid
+	// has no session to retry).
+	ClassAwaitingPortal Class = "awaiting_portal"
 	// ClassReachability: deferred, the portal has not been reachable
 	// without interruption for --iscsi-stuck-threshold yet.
 	ClassReachability Class = "reachability"
@@ -98,10 +106,12 @@ var classes = []struct {
 	{ClassObserveMode, "observed: --heal=observe; the repair would run"},
 	{ClassTornDown, "repaired: the teardown ran"},
 	{ClassTeardownFailed, "failed: the teardown returned an error"},
+	{ClassFirstStepCured, "repaired: the rescan of a missing namespace brought it back; nothing torn down"},
 	{ClassUnreadableRecord, "refused: a staged-volume record that may be the target's cannot be read; nothing of the target is torn down"},
 	{ClassOutOfScope, "refused: no staged volume uses the session's target (--heal-iscsi-scope=staged)"},
 	{ClassLoginRejected, "refused: the target rejected pathmend's own login; kicking again cannot help"},
 	{ClassPortalUnreachable, "refused: the portal does not answer; iscsid retries by itself"},
+	{ClassAwaitingPortal, "deferred: no session, and the portal does not answer; pathmend logs in once it answers"},
 	{ClassReachability, "deferred: the portal has not been reachable without interruption for --iscsi-stuck-threshold"},
 	{ClassRestartCooldown, "deferred: iscsid was restarted within --iscsid-restart-cooldown"},
 	{ClassNarrowestFirst, "deferred: another kick ran this tick; the restart is decided again next tick"},

@@ -61,6 +61,18 @@
 // is never parsed. CHAP secrets travel in iscsiadm's argv (it reads values
 // nowhere else) and are redacted from every log line and error.
 //
+// # What the heal owes and reports
+//
+// A logout + login whose login fails leaves its node record without a
+// session, which iscsid does not retry: the SessionHealer records that
+// debt and keeps logging the record in, once per cooldown, reported as an
+// absent session (Report.Owed) whatever the heal scope, until it is
+// LOGGED_IN, its record is deleted, or (for a target of staged volumes)
+// none of them is staged any more. The time to LOGGED_IN of a kick counts
+// from the kick's start. NodeConditions turns a tick's reports into the
+// node's storage conditions: targets or portals that do not answer, and
+// sessions the heal cannot kick, with what an operator can do.
+//
 // # Invariants
 //
 // Snapshots are values: nothing mutates one after Read returns it

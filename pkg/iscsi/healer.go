@@ -191,8 +191,15 @@ type Report struct {
 	// metric's reason label), set with every Verdict.
 	Reason string
 	Class  heal.Class
+	// Owed is set on the report of a node record pathmend logged out
+	// whose login has not succeeded since: nothing else logs it in again
+	// (iscsid retries sessions, not absent ones), so the heal keeps
+	// logging it in, one try per cooldown, until it is LOGGED_IN.
+	Owed bool
 	// NewSession and TimeToLoggedIn are set on the Repaired report of a
-	// kick that brought the node record back to LOGGED_IN.
+	// kick that brought the node record back to LOGGED_IN. TimeToLoggedIn
+	// counts from the start of the kick: a login that hangs for 30 s
+	// before it succeeds is part of it.
 	NewSession     SessionID
 	TimeToLoggedIn time.Duration
 	// Err is the error of a Failed kick.
@@ -216,11 +223,27 @@ type SessionHealer struct {
 	gate     *heal.LogGate
 	pending  map[string]pending // node key → kick awaiting LOGGED_IN
 	rejected map[string]error   // node key → the target's login rejection
+	owed     map[string]owed    // node key → logged out by a kick, not back
 
 	// results are the outcomes of kicks run as target jobs, read by the
 	// next Tick; resMu guards them (a job never takes mu).
 	resMu   sync.Mutex
 	results []kickResult
+}
+
+// owed is a node record a kick logged out and that has not been LOGGED_IN
+// since: a relogin whose login failed, or did not bring the session back
+// within the verify window. The heal logs it in again until it is back.
+type owed struct {
+	node Node
+	// since is when the kick that logged it out began.
+	since time.Time
+	// staged is set when staged volumes used the target at that time: once
+	// none does (the volumes were unstaged, and their detach owns the
+	// sessions), the debt is void. A node of a target pathmend never
+	// staged (heal scope all) stays owed until it is LOGGED_IN or its node
+	// record is gone.
+	staged bool
 }
 
 // cooldowns holds the login and relogin cooldowns: the Policy's table, or
@@ -232,8 +255,8 @@ type cooldowns interface {
 
 // pending is a kick that ran and whose session is not LOGGED_IN yet.
 type pending struct {
-	at     time.Time
-	report Report // as decided, for the final verdict line
+	at     time.Time // when the kick began
+	report Report    // as decided, for the final verdict line
 }
 
 // restartKey is the one key of the per-node restart window.
@@ -293,6 +316,7 @@ func NewSessionHealer(cfg HealerConfig) (*SessionHealer, error) {
 		gate:     heal.NewLogGate(0, cfg.Now),
 		pending:  map[string]pending{},
 		rejected: map[string]error{},
+		owed:     map[string]owed{},
 	}
 	if cfg.Policy != nil {
 		h.kicked = cfg.Policy

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -55,7 +56,9 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 	key, th := r.Node.key(), h.cfg.Threshold
 	// Below the threshold iscsid is presumed to be recovering the session:
 	// there is nothing to decide, and nothing is logged.
-	if r.DownFor < th {
+	// A node record pathmend logged out has no session for iscsid to
+	// recover: it is logged in again without the wait.
+	if r.DownFor < th && !r.Owed {
 		r.Reason = fmt.Sprintf("down %s; iscsid has %s to recover it by itself", heal.RoundDuration(r.DownFor), th)
 		return
 	}
@@ -86,16 +89,25 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 		if r.Probe != nil {
 			why = r.Probe.TCPString()
 		}
+		// Without a session iscsid has nothing to retry: the login waits
+		// for the portal, and is pathmend's to make.
+		if r.State == SessionAbsent {
+			r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassAwaitingPortal, "portal unreachable: "+why+"; no session for iscsid to retry: pathmend logs in once the portal answers"
+			return
+		}
 		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassPortalUnreachable, "portal unreachable: "+why+"; iscsid retries by itself"
 		return
 	}
-	if r.ReachableFor < th {
+	if r.ReachableFor < th && !r.Owed {
 		r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassReachability, fmt.Sprintf("reachability: portal reachable for %s of the %s required without interruption", heal.RoundDuration(r.ReachableFor), th)
 		return
 	}
 	// The ladder, narrowest first: log in an absent session; log out and in
 	// a session whose LUNs lose nothing by it; else restart iscsid.
 	why := "no session to the portal of a staged volume"
+	if r.Owed {
+		why = fmt.Sprintf("pathmend logged the session out %s ago and it is not back", heal.RoundDuration(r.DownFor))
+	}
 	r.Kick = KickLogin
 	if r.State != SessionAbsent {
 		s, _ := snap.Session(r.Session)
@@ -126,16 +138,19 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 
 // kick runs a login or a logout + login for one report: inside the tick
 // without Targets, else as a job with the target's lease whose outcome a
-// later readResults settles.
+// later readResults settles. Either way its clock starts when it begins:
+// timeToLoggedIn counts the login's own time.
 func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 	klog.FromContext(ctx).V(2).Info("Kicking iSCSI session", "session", r.Session.String(), "target", r.Node.Target, "portal", r.Node.Portal.String(), "kick", r.Kick)
 	if h.cfg.Targets == nil {
 		// The cooldown starts whether the kick works or not: a failing
 		// kick must not be repeated every tick.
 		h.kicked.Mark(r.Node.HealKey())
-		err := h.runKick(ctx, *r)
+		start := h.cfg.Now()
+		loggedOut, err := h.runKick(ctx, *r)
 		h.noteRejection(r.Node, err)
-		h.settle(r, err)
+		h.noteDebt(r, loggedOut, err, start)
+		h.settle(r, err, start)
 		return
 	}
 	t := volume.Target{Transport: volume.TransportISCSI, Name: r.Node.Target}
@@ -145,7 +160,7 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 		if why := stillWanted(ctx, h.cfg.Resolver, h.cfg.Scope, lease, kr); why != "" {
 			res.skipped = why
 		} else {
-			res.err = h.runKick(ctx, kr)
+			res.loggedOut, res.err = h.runKick(ctx, kr)
 		}
 		h.resMu.Lock()
 		h.results = append(h.results, res)
@@ -163,18 +178,20 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 	h.pending[r.Node.key()] = pending{at: h.cfg.Now(), report: *r}
 }
 
-// runKick logs out (a relogin) and logs in one node record.
-func (h *SessionHealer) runKick(ctx context.Context, r Report) error {
-	var err error
+// runKick logs out (a relogin) and logs in one node record. loggedOut
+// reports whether the logout ran: the session is then gone, and iscsid
+// will not bring it back.
+func (h *SessionHealer) runKick(ctx context.Context, r Report) (loggedOut bool, err error) {
 	if r.Kick == KickRelogin {
 		err = h.cfg.Kicker.Logout(ctx, r.Node, r.Session)
+		loggedOut = err == nil
 	}
 	// A refused logout (32: iscsid still reconnecting an adopted session)
 	// skips the login: the session is still there.
 	if err == nil {
 		err = h.cfg.Kicker.Login(ctx, r.Node)
 	}
-	return err
+	return loggedOut, err
 }
 
 // noteRejection remembers a login the target rejected: kicking again
@@ -185,11 +202,42 @@ func (h *SessionHealer) noteRejection(n Node, err error) {
 	}
 }
 
+// noteDebt records what a kick of r begun at start left owed: a kick
+// that logged the session out, or an owed login, that failed leaves the
+// node record without a session until a login works; an owed login whose
+// node record was deleted is owed no more.
+func (h *SessionHealer) noteDebt(r *Report, loggedOut bool, err error, start time.Time) {
+	switch {
+	case err == nil:
+	case r.Owed && errors.Is(err, ErrNoObjects):
+		// The node record was deleted: nobody wants this session back.
+		delete(h.owed, r.Node.key())
+	case loggedOut || r.Owed:
+		// The session is gone and iscsid will not bring it back: the
+		// node is worse off than before the kick until a login works.
+		h.owe(r, start)
+	}
+}
+
+// owe records that the kick of r, begun at start, left its node record
+// without a session; an earlier debt keeps its time.
+func (h *SessionHealer) owe(r *Report, start time.Time) {
+	key := r.Node.key()
+	if o, ok := h.owed[key]; ok {
+		o.staged = o.staged || len(r.Volumes) > 0
+		h.owed[key] = o
+		return
+	}
+	h.owed[key] = owed{node: r.Node, since: start, staged: len(r.Volumes) > 0}
+}
+
 // kickResult is the outcome of a kick run as a target job.
 type kickResult struct {
 	key  string
 	node Node
 	err  error
+	// loggedOut is set when the kick's logout ran.
+	loggedOut bool
 	// skipped says why the job did not kick: under the lease no staged
 	// volume wanted the session any more.
 	skipped string
@@ -198,8 +246,9 @@ type kickResult struct {
 // stillWanted re-reads the target's records under its lease: a login of
 // an absent portal is wanted only while a staged volume lists it, a
 // relogin only while some volume of the target is not detaching (or, in
-// scope all, while the target has no record at all). It returns why the
-// kick is no longer wanted, "" when it is.
+// scope all, while the target has no record at all); a login pathmend
+// owes (it logged the session out) of a target with no record at all is
+// wanted too. It returns why the kick is no longer wanted, "" when it is.
 func stillWanted(ctx context.Context, res Resolver, scope HealScope, lease *intent.Lease, r Report) string {
 	ls, err := lease.Listing()
 	if err != nil {
@@ -211,8 +260,8 @@ func stillWanted(ctx context.Context, res Resolver, scope HealScope, lease *inte
 		}
 		return ""
 	}
-	if r.State != SessionAbsent && len(ls.Records) == 0 && len(r.Volumes) == 0 {
-		return "" // a session of a target pathmend did not stage (scope all)
+	if (r.State != SessionAbsent || r.Owed) && len(ls.Records) == 0 && len(r.Volumes) == 0 {
+		return "" // a session of a target pathmend did not stage (scope all), or owed
 	}
 	m := NewPortalMatcher(ctx, res)
 	for _, rec := range ls.Records {
@@ -233,9 +282,10 @@ func stillWanted(ctx context.Context, res Resolver, scope HealScope, lease *inte
 }
 
 // readResults settles the kicks whose jobs ended: an error is a Failed
-// verdict, a skipped kick a Refused one; a kick that ran awaits LOGGED_IN
-// (resolvePending). The reports of the kick's node record carry the
-// verdict.
+// verdict (and, when the kick left the node record without a session, a
+// login owed), a skipped kick a Refused one; a kick that ran awaits
+// LOGGED_IN (resolvePending). The reports of the kick's node record carry
+// the verdict.
 func (h *SessionHealer) readResults(reports []*Report) {
 	h.resMu.Lock()
 	results := h.results
@@ -252,8 +302,8 @@ func (h *SessionHealer) readResults(reports []*Report) {
 		case res.skipped != "":
 			final.Verdict, final.Class, final.Reason = heal.Refused, heal.ClassNotWanted, "not kicked: "+res.skipped
 		case res.err != nil:
-			final.Verdict, final.Class, final.Err = heal.Failed, heal.ClassKickFailed, res.err
-			final.Reason = string(final.Kick) + " failed; chosen because " + final.Reason
+			h.noteDebt(&final, res.loggedOut, res.err, p.at)
+			h.failed(&final, res.err)
 		default:
 			continue // ran: awaiting LOGGED_IN
 		}
@@ -267,9 +317,19 @@ func (h *SessionHealer) readResults(reports []*Report) {
 	}
 }
 
+// failed makes r the Failed verdict of its kick's error.
+func (h *SessionHealer) failed(r *Report, err error) {
+	r.Verdict, r.Class, r.Err = heal.Failed, heal.ClassKickFailed, err
+	r.Reason = string(r.Kick) + " failed; chosen because " + r.Reason
+	if _, owed := h.owed[r.Node.key()]; owed && r.Kick != KickRestart {
+		r.Reason += "; pathmend logs it in again after the cooldown"
+	}
+}
+
 // restartDaemon restarts iscsid once for every report that needs it.
 func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 	klog.FromContext(ctx).V(2).Info("Restarting iscsid for stuck sessions", "sessions", len(rs))
+	start := h.cfg.Now()
 	err := h.cfg.Kicker.RestartDaemon(ctx)
 	// Refused before running: the budget is not spent, the next tick
 	// decides again.
@@ -287,22 +347,22 @@ func (h *SessionHealer) restartDaemon(ctx context.Context, rs []*Report) {
 		}
 	}
 	for _, r := range rs {
-		h.settle(r, err)
+		h.settle(r, err, start)
 	}
 }
 
-// settle records the outcome of a kick: an error is a Failed verdict,
-// logged now; success leaves the kick pending until the session is seen
-// LOGGED_IN (or the verify window passes).
-func (h *SessionHealer) settle(r *Report, err error) {
+// settle records the outcome of a kick begun at start: an error is a
+// Failed verdict, logged now; success leaves the kick pending until the
+// session is seen LOGGED_IN (or the verify window passes), its time
+// counted from start.
+func (h *SessionHealer) settle(r *Report, err error, start time.Time) {
 	if err != nil {
-		r.Verdict, r.Class, r.Err = heal.Failed, heal.ClassKickFailed, err
-		r.Reason = string(r.Kick) + " failed; chosen because " + r.Reason
+		h.failed(r, err)
 		h.logVerdict(*r)
 		return
 	}
 	r.Verdict = heal.Kicked
-	h.pending[r.Node.key()] = pending{at: h.cfg.Now(), report: *r}
+	h.pending[r.Node.key()] = pending{at: start, report: *r}
 }
 
 // logVerdict writes the one level-0 line of a verdict. Refusals,

@@ -21,14 +21,24 @@ type fakeKicker struct {
 	loginErr   error
 	logoutErr  error
 	restartErr error
+	// during runs inside each login, e.g. to step a fake clock by the
+	// time a slow login takes.
+	during func()
 }
 
 func (k *fakeKicker) record(s string) { k.mu.Lock(); k.calls = append(k.calls, s); k.mu.Unlock() }
 
 func (k *fakeKicker) Login(_ context.Context, n Node) error {
 	k.record("login " + n.Portal.String())
+	if k.during != nil {
+		k.during()
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	return k.loginErr
 }
+
+func (k *fakeKicker) setLoginErr(err error) { k.mu.Lock(); k.loginErr = err; k.mu.Unlock() }
 
 func (k *fakeKicker) Logout(_ context.Context, n Node, sid SessionID) error {
 	k.record("logout " + sid.String() + " " + n.Portal.String())

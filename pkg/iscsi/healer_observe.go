@@ -28,8 +28,9 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 	// A portal of a staged volume with no session at all is down too; its
 	// clock is keyed by node record, since it has no SID. Two volumes on
 	// one portal make one report.
-	seen := map[string]bool{}
-	for _, rec := range stagedOnly(recs) {
+	absent := map[string]*Report{}
+	staged := stagedOnly(recs)
+	for _, rec := range staged {
 		v := rec.Context.ISCSI
 		for _, ep := range v.Portals {
 			if hasSessionTo(m, snap, v.IQN, ep) {
@@ -39,27 +40,72 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 			if r, err := ResolveEndpoint(ctx, h.cfg.Resolver, ep); err == nil {
 				n.Portal = r
 			}
-			if seen[n.key()] {
+			if absent[n.key()] != nil {
 				continue
 			}
-			seen[n.key()] = true
-			r := &Report{Node: n, State: SessionAbsent, InScope: h.cfg.Scope != HealForeign, Volumes: volumesOf(recs, v.IQN)}
-			key := "node:" + n.key()
-			r.DownFor = h.down.Observe(key, true)
-			r.TimeInState = h.inState.Observe(key, true)
+			r := &Report{Node: n, State: SessionAbsent, InScope: h.cfg.Scope != HealForeign, Volumes: volumesOf(staged, v.IQN)}
+			h.observeAbsent(r)
+			absent[n.key()] = r
 			reports = append(reports, r)
 		}
 	}
-	return reports
+	return append(reports, h.observeOwed(m, snap, staged, absent)...)
+}
+
+// observeAbsent advances the clocks of a report without a session; they
+// are keyed by node record.
+func (h *SessionHealer) observeAbsent(r *Report) {
+	key := "node:" + r.Node.key()
+	r.DownFor = h.down.Observe(key, true)
+	r.TimeInState = h.inState.Observe(key, true)
+}
+
+// observeOwed settles the node records a kick logged out: one back in
+// LOGGED_IN is paid; one of a target whose staged volumes were all
+// unstaged since is void (their detach owns the sessions). Every other is
+// reported absent — in scope whatever the heal scope, since pathmend took
+// the session away — and down since its kick began. absent holds this
+// tick's absent reports of staged portals by node key; an owed record
+// among them is marked, not reported twice. staged are the records in
+// state staged: a detaching volume's detach owns its sessions.
+func (h *SessionHealer) observeOwed(m *PortalMatcher, snap *Snapshot, staged []volume.Record, absent map[string]*Report) []*Report {
+	var out []*Report
+	for key, o := range h.owed {
+		found, up := sessionTo(m, snap, o.node.Target, o.node.Portal)
+		switch {
+		case up, o.staged && len(volumesOf(staged, o.node.Target)) == 0:
+			delete(h.owed, key)
+			continue
+		case found:
+			continue // a session again: reported and judged as one
+		}
+		r := absent[key]
+		if r == nil {
+			r = &Report{Node: o.node, State: SessionAbsent, Volumes: volumesOf(staged, o.node.Target)}
+			h.observeAbsent(r)
+			out = append(out, r)
+		}
+		r.InScope, r.Owed = true, true
+		r.DownFor = h.cfg.Now().Sub(o.since)
+	}
+	return out
 }
 
 func hasSessionTo(m *PortalMatcher, snap *Snapshot, iqn string, ep volume.Endpoint) bool {
+	found, _ := sessionTo(m, snap, iqn, ep)
+	return found
+}
+
+// sessionTo reports whether target iqn has a session to portal ep, and
+// whether one of them is LOGGED_IN.
+func sessionTo(m *PortalMatcher, snap *Snapshot, iqn string, ep volume.Endpoint) (found, loggedIn bool) {
 	for _, s := range snap.SessionsOf(iqn) {
 		if m.Session(s, iqn, ep) {
-			return true
+			found = true
+			loggedIn = loggedIn || s.State.LoggedIn()
 		}
 	}
-	return false
+	return found, loggedIn
 }
 
 // probe checks the portal of every down, in-scope report (each portal
@@ -138,6 +184,11 @@ func (h *SessionHealer) resolvePending(reports []*Report) {
 			final.Verdict, final.Class = heal.Failed, heal.ClassNotLoggedIn
 			final.Reason = fmt.Sprintf("not LOGGED_IN %s after %s", heal.RoundDuration(age), final.Kick)
 			final.Err = fmt.Errorf("%s did not bring %s back within %s", final.Kick, p.report.Node, h.cfg.VerifyWindow)
+			// A relogin logged the session out: without a session iscsid
+			// retries nothing, so the heal keeps logging it in.
+			if final.Kick == KickRelogin || final.Owed {
+				h.owe(&final, p.at)
+			}
 			for _, r := range reports {
 				if r.Node.key() == key {
 					r.Verdict, r.Kick, r.Reason, r.Class, r.Err = final.Verdict, final.Kick, final.Reason, final.Class, final.Err

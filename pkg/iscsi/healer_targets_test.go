@@ -179,3 +179,49 @@ func waitJobs(t *testing.T, o *intent.Owner) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestHeal_AFailedJobReloginIsOwedAndLoggedInAgain: kicks run as target
+// jobs (as in pathmend serve). In heal scope all, a session of a target
+// pathmend never staged is logged out by a relogin whose login fails: the
+// job's result owes the node record a login, and the owed login, run as a
+// job again, is still wanted under the lease although the target has no
+// record — until the session is back.
+func TestHeal_AFailedJobReloginIsOwedAndLoggedInAgain(t *testing.T) {
+	r := newTargetRig(t, nil, func(f func()) { f() })
+	r.h.cfg.Scope = HealAll
+	snap := &Snapshot{
+		Sessions: []Session{sess(1, SessionLoggedIn, "127.0.0.1", disk(0, "sda")), sess(2, SessionFree, "127.0.0.2", disk(0, "sdb"))},
+		Maps:     []MultipathMap{{Device: "dm-0", Name: "mpatha", Slaves: []string{"sda", "sdb"}}},
+	}
+	gone := &Snapshot{Sessions: snap.Sessions[:1], Maps: []MultipathMap{{Device: "dm-0", Name: "mpatha", Slaves: []string{"sda"}}}}
+	back := relogged(snap, 2, 9)
+	r.kicker.setLoginErr(timeoutErr)
+	r.tick(0, snap)
+	rp := report(t, r.tick(45*time.Second, snap), 2)
+	if rp.Verdict != heal.Failed || rp.Kick != KickRelogin || !strings.Contains(rp.Reason, "logs it in again after the cooldown") {
+		t.Fatalf("relogin: %+v", rp)
+	}
+	if rp := report(t, r.tick(10*time.Second, gone), 0); !rp.Owed || !rp.InScope || rp.Verdict != heal.Deferred {
+		t.Fatalf("after the failed relogin: %+v", rp)
+	}
+	r.kicker.setLoginErr(nil)
+	kicked := false
+	for range 6 {
+		if rp := report(t, r.tick(10*time.Second, gone), 0); rp.Verdict == heal.Kicked {
+			kicked = true
+			break
+		} else if rp.Verdict == heal.Refused {
+			t.Fatalf("owed login refused under the lease: %+v", rp)
+		}
+	}
+	if !kicked {
+		t.Fatal("the owed login was not kicked within a cooldown")
+	}
+	if rp := report(t, r.tick(2*time.Second, back), 9); rp.Verdict != heal.Repaired || rp.Kick != KickLogin {
+		t.Fatalf("back: %+v", rp)
+	}
+	want := []string{"logout session2 127.0.0.2:3260", "login 127.0.0.2:3260", "login 127.0.0.2:3260"}
+	if diff := cmp.Diff(want, r.kicker.Calls()); diff != "" {
+		t.Errorf("kicks (-want +got):\n%s", diff)
+	}
+}

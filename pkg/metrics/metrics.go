@@ -29,6 +29,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	volumePaths       *prometheus.GaugeVec
+	stagedReplaced    *prometheus.GaugeVec
 	defects           *prometheus.GaugeVec
 	repairs           *prometheus.CounterVec
 	sessionRecoveries *prometheus.CounterVec
@@ -49,6 +50,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "volume_paths",
 			Help: "Paths of a staged volume by state: expected (the volume context lists them), live (connected with a usable leg), optimized (ANA optimized).",
 		}, []string{"volume_id", "transport", "state"}),
+		stagedReplaced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "volume_staged_device_replaced",
+			Help: "1 when the block device a staged volume's users hold (its staging mount, or the device node of a block volume's publications) is no longer the volume's device: the kernel removed and re-created it. I/O through it fails until the pods are restarted. 0 otherwise.",
+		}, []string{"volume_id", "transport"}),
 		defects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "defects",
 			Help: "Defects found by the last diagnosis, by transport and kind.",
@@ -79,7 +84,7 @@ func New() *Metrics {
 			Help: "Verdicts on interrupted intents by record state (attaching, detaching) and verdict (rolled back, finished, kept, refused, failed, observed).",
 		}, []string{"state", "verdict"}),
 	}
-	m.reg.MustRegister(m.volumePaths, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes, m.unreadable, m.intents,
+	m.reg.MustRegister(m.volumePaths, m.stagedReplaced, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes, m.unreadable, m.intents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -100,6 +105,28 @@ func (m *Metrics) SetVolumePaths(volumeID, transport string, expected, live, opt
 	m.volumePaths.WithLabelValues(volumeID, transport, "expected").Set(float64(expected))
 	m.volumePaths.WithLabelValues(volumeID, transport, "live").Set(float64(live))
 	m.volumePaths.WithLabelValues(volumeID, transport, "optimized").Set(float64(optimized))
+}
+
+// SetStagedDeviceReplaced records whether a staged volume's staged device
+// was replaced by the kernel.
+func (m *Metrics) SetStagedDeviceReplaced(volumeID, transport string, replaced bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if replaced {
+		v = 1
+	}
+	m.stagedReplaced.WithLabelValues(volumeID, transport).Set(v)
+}
+
+// ForgetStagedDevice deletes the staged-device series of an unstaged
+// volume.
+func (m *Metrics) ForgetStagedDevice(volumeID string) {
+	if m == nil {
+		return
+	}
+	m.stagedReplaced.DeletePartialMatch(prometheus.Labels{"volume_id": volumeID})
 }
 
 // ForgetVolume deletes every series of an unstaged volume.

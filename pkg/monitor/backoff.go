@@ -5,11 +5,18 @@ import (
 	"time"
 )
 
-// backoff spaces out connects to endpoints that did not answer: after the
-// n-th consecutive failure an endpoint is skipped for base·2^(n-1), capped
-// at max; one success resets it. An unreachable target is reported each
-// tick but retried only when its backoff has run out, so a dead target
-// costs one probe per backoff window, not one per tick.
+// backoff spaces out reconnects of endpoints whose attempts are costly:
+// a probe that got no answer (it waits its whole timeout) and a kernel
+// connect that failed after the endpoint answered the probe. After the
+// n-th consecutive such failure an endpoint waits base·2^(n-1), capped at
+// max; one success resets it.
+//
+// A refusal is not backed off: an endpoint that answers with a reset costs
+// one round trip, and a port that comes back must be reconnected on the
+// next tick, not when a backoff grown during the outage runs out. And an
+// endpoint backed off because it did not answer is still rechecked every
+// tick with a short probe (silent: the monitor's recheck), so one that
+// answers again is reconnected at once; only the full attempt waits.
 type backoff struct {
 	base, max time.Duration
 
@@ -21,26 +28,30 @@ type backoffState struct {
 	failures int
 	until    time.Time
 	lastErr  string
+	// recheck is set when the last failure was a probe without an answer:
+	// a short probe each tick may end the wait early.
+	recheck bool
 }
 
 func newBackoff(base, max time.Duration) *backoff {
 	return &backoff{base: base, max: max, state: map[string]backoffState{}}
 }
 
-// ready reports whether key may be tried at now, and if not, until when
-// it waits and why.
-func (b *backoff) ready(key string, now time.Time) (ok bool, until time.Time, lastErr string) {
+// ready reports whether key may be tried at now; if not, until when it
+// waits, why, and whether a short probe that is answered may end the wait.
+func (b *backoff) ready(key string, now time.Time) (ok bool, until time.Time, lastErr string, recheck bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, found := b.state[key]
 	if !found || !now.Before(s.until) {
-		return true, time.Time{}, s.lastErr
+		return true, time.Time{}, s.lastErr, false
 	}
-	return false, s.until, s.lastErr
+	return false, s.until, s.lastErr, s.recheck
 }
 
-// failure records a failed attempt at now and returns the next try time.
-func (b *backoff) failure(key string, now time.Time, err error) time.Time {
+// failure records a costly failed attempt at now and returns the next try
+// time. recheck says the endpoint did not answer its probe.
+func (b *backoff) failure(key string, now time.Time, err error, recheck bool) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.state[key]
@@ -51,6 +62,7 @@ func (b *backoff) failure(key string, now time.Time, err error) time.Time {
 	}
 	d = min(d, b.max)
 	s.until = now.Add(d)
+	s.recheck = recheck
 	if err != nil {
 		s.lastErr = err.Error()
 	}
@@ -58,7 +70,8 @@ func (b *backoff) failure(key string, now time.Time, err error) time.Time {
 	return s.until
 }
 
-// success forgets key's failures.
+// success forgets key's failures. A refusal forgets them too: the
+// endpoint answers again, and the next tick tries it.
 func (b *backoff) success(key string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

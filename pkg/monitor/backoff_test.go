@@ -13,13 +13,13 @@ func TestBackoff_DoublesCapsAndResets(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var waits []time.Duration
 	for range 6 {
-		if ok, _, _ := b.ready("ep", now); !ok {
+		if ok, _, _, _ := b.ready("ep", now); !ok {
 			t.Fatal("not ready at its retry time")
 		}
-		until := b.failure("ep", now, errors.New("connection refused"))
+		until := b.failure("ep", now, errors.New("i/o timeout"), true)
 		waits = append(waits, until.Sub(now))
-		if ok, _, lastErr := b.ready("ep", now.Add(until.Sub(now)-time.Millisecond)); ok || lastErr != "connection refused" {
-			t.Fatalf("ready before its backoff ran out (ok=%t, lastErr=%q)", ok, lastErr)
+		if ok, _, lastErr, recheck := b.ready("ep", now.Add(until.Sub(now)-time.Millisecond)); ok || lastErr != "i/o timeout" || !recheck {
+			t.Fatalf("ready before its backoff ran out (ok=%t, lastErr=%q, recheck=%t)", ok, lastErr, recheck)
 		}
 		now = until
 	}
@@ -30,11 +30,11 @@ func TestBackoff_DoublesCapsAndResets(t *testing.T) {
 		}
 	}
 	b.success("ep")
-	if ok, _, _ := b.ready("ep", now); !ok || b.len() != 0 {
+	if ok, _, _, _ := b.ready("ep", now); !ok || b.len() != 0 {
 		t.Error("success did not reset the backoff")
 	}
-	b.failure("a", now, nil)
-	b.failure("b", now, nil)
+	b.failure("a", now, nil, false)
+	b.failure("b", now, nil, false)
 	b.prune(map[string]bool{"a": true})
 	if b.len() != 1 {
 		t.Errorf("prune kept %d keys, want 1", b.len())

@@ -3,7 +3,6 @@ package monitor
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -26,7 +25,7 @@ type jobResult struct {
 // job is the work on one target with its lease. It re-reads the target's
 // records and sysfs under the lease and decides again: interrupted
 // intents first, then repair, then the missing paths of staged volumes
-// (optimized first). A volume that is attaching is protected as a
+// (optimized first), then the timeouts of their controllers. A volume that is attaching is protected as a
 // co-tenant but not reconnected (its NodeStage does that); one that is
 // detaching or gone is never reconnected. While a record that may be the
 // target's cannot be read, every teardown is refused with that reason.
@@ -101,6 +100,14 @@ func (m *Monitor) job(ctx context.Context, lease *intent.Lease) {
 
 	// 3, 4. reconcile optimized, then non-optimized, per staged volume in
 	// volume ID order.
+	byID := map[string]volume.Record{}
+	var stagedExps []nvme.Expectation
+	for _, r := range staged {
+		byID[r.VolumeID] = r
+		if e, ok := nvme.ExpectationFromRecord(r); ok {
+			stagedExps = append(stagedExps, e)
+		}
+	}
 	for _, r := range staged {
 		n := r.Context.NVMe
 		opt, others := nvme.OrderedEndpoints(n)
@@ -113,6 +120,15 @@ func (m *Monitor) job(ctx context.Context, lease *intent.Lease) {
 			}
 		}
 	}
+
+	// 5. align the staged volumes' controller timeouts, on a fresh read
+	// when this job changed the controllers.
+	if len(res.connects) > 0 || len(removed) > 0 {
+		if h, err := m.nvme.Read(); err == nil {
+			host = h
+		}
+	}
+	m.alignTimeouts(host, res.target.Name, stagedExps, byID)
 }
 
 // reconcile connects every endpoint of group that has no present
@@ -132,24 +148,15 @@ func (m *Monitor) reconcile(ctx context.Context, idx *nvme.Index, removed map[nv
 		if present {
 			continue
 		}
-		key := n.NQN + " " + ep.String()
 		if m.deps.Policy.Mode() != heal.ModeRepair {
 			skipped = append(skipped, fmt.Sprintf("%s: %s mode: would reconnect", ep, m.deps.Policy.Mode()))
 			continue
 		}
-		now := m.deps.Clock.Now()
-		if ok, until, lastErr := m.back.ready(key, now); !ok {
-			skipped = append(skipped, fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format(time.TimeOnly), lastErr))
+		if skip := m.reconnect(ctx, idx.Host(), n, ep); skip != "" {
+			skipped = append(skipped, skip)
 			continue
 		}
-		if err := m.connect(ctx, idx.Host(), n, ep); err != nil {
-			until := m.back.failure(key, now, err)
-			klog.InfoS("Path not reconnected", "nqn", n.NQN, "endpoint", ep.String(), "err", err.Error(), "retryAt", until.Format(time.RFC3339))
-			skipped = append(skipped, fmt.Sprintf("%s: %v", ep, err))
-			continue
-		}
-		m.back.success(key)
-		connected = append(connected, key)
+		connected = append(connected, n.NQN+" "+ep.String())
 	}
 	return connected, skipped
 }
@@ -157,12 +164,16 @@ func (m *Monitor) reconcile(ctx context.Context, idx *nvme.Index, removed map[nv
 // connect probes the endpoint, then connects it within ConnectTimeout.
 // Secrets for DH-HMAC-CHAP come from a live sibling controller's sysfs
 // attributes: records never hold secrets, and the kernel keeps the ones
-// NodeStage gave it.
+// NodeStage gave it. A probe that is refused wraps ECONNREFUSED; one that
+// got no answer wraps errNoAnswer.
 func (m *Monitor) connect(ctx context.Context, host *nvme.Host, n *volume.NVMeTCP, ep volume.Endpoint) error {
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
 	defer cancel()
 	if err := m.deps.Prober.Reachable(cctx, ep.String()); err != nil {
-		return fmt.Errorf("unreachable: %w", err)
+		if refused(err) {
+			return fmt.Errorf("refused: %w", err)
+		}
+		return fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
 	secrets := nvme.SiblingSecrets(m.deps.SysFS, host, n.NQN)
 	_, err := m.deps.Connector.Connect(cctx, nvme.ConnectOptions(n, ep, m.deps.Host, secrets))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // TestTick_MetricsAfterAScriptedRepair scrapes /metrics after the monitor
@@ -74,4 +75,58 @@ func grep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// stagedFunc adapts a function to StagedDevicer.
+type stagedFunc func([]volume.Record) map[string]volume.StagedDevice
+
+func (f stagedFunc) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
+	return f(recs), nil
+}
+
+// Every staged volume has a pathmend_volume_staged_device_replaced
+// series: 1 while the device its users hold is not the one its namespace
+// has in the tick's read (compared by number), 0 once it is (restaged),
+// none once it is unstaged. It is reported in observe mode too: it is a
+// report, not a repair.
+func TestTick_StagedDeviceReplacedMetric(t *testing.T) {
+	r := newRig(t, heal.ModeObserve, nil)
+	m := metrics.New()
+	r.m.deps.Metrics = m
+	r.connectAged(t, nqnA, "127.0.0.1")
+	r.connectAged(t, nqnB, "127.0.0.3")
+	_, devA, _ := r.k.Head(nqnA, 1)
+	_, devB, _ := r.k.Head(nqnB, 1)
+	numA, _ := volume.ParseDeviceNumber(devA)
+	numB, _ := volume.ParseDeviceNumber(devB)
+	held := map[string]volume.DeviceNumber{"vol-a": {Major: 259, Minor: 999}, "vol-b": numB} // vol-a: a removed device
+	r.m.deps.Staged = stagedFunc(func(recs []volume.Record) map[string]volume.StagedDevice {
+		out := map[string]volume.StagedDevice{}
+		for _, rec := range recs {
+			out[rec.VolumeID] = volume.StagedDevice{Device: volume.BlockDevice{Name: "nvme0n1", Number: held[rec.VolumeID]}, From: "the staging mount at " + rec.StagingPath}
+		}
+		return out
+	})
+	recs := []volume.Record{rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3")}
+	r.set(t, recs...)
+	rep := r.m.Tick(context.Background())
+	if len(rep.Replaced) != 1 || rep.Replaced[0] != "vol-a" {
+		t.Errorf("replaced = %v", rep.Replaced)
+	}
+	body := scrape(t, m)
+	for _, want := range []string{
+		`pathmend_volume_staged_device_replaced{transport="nvme-tcp",volume_id="vol-a"} 1`,
+		`pathmend_volume_staged_device_replaced{transport="nvme-tcp",volume_id="vol-b"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grep(body, "staged_device"))
+		}
+	}
+	held["vol-a"] = numA // restaged
+	r.set(t, recs[:1]...)
+	r.m.Tick(context.Background())
+	body = scrape(t, m)
+	if !strings.Contains(body, `pathmend_volume_staged_device_replaced{transport="nvme-tcp",volume_id="vol-a"} 0`) || strings.Contains(body, `volume_id="vol-b"`) {
+		t.Errorf("after the restage of vol-a and the unstage of vol-b:\n%s", grep(body, "staged_device"))
+	}
 }

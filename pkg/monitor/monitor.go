@@ -29,10 +29,19 @@ type Config struct {
 	Jitter   float64
 	// ConnectTimeout bounds one connect (default 10 s).
 	ConnectTimeout time.Duration
-	// BackoffBase and BackoffMax space out retries of an endpoint that
-	// did not answer (defaults 3 s and 5 min).
+	// BackoffBase and BackoffMax space out retries of an endpoint whose
+	// probe got no answer or whose connect failed (defaults 3 s and
+	// DefaultBackoffMax). Refusals are not backed off.
 	BackoffBase, BackoffMax time.Duration
+	// RecheckTimeout bounds the probe that rechecks, every tick, an
+	// endpoint backed off for not answering (default 250 ms): one that
+	// answers again is reconnected at once.
+	RecheckTimeout time.Duration
 }
+
+// DefaultBackoffMax caps the wait between reconnects of an endpoint that
+// keeps failing (--reconnect-backoff-max).
+const DefaultBackoffMax = time.Minute
 
 // SessionHealer is the iSCSI session heal, run once per tick after the
 // NVMe passes. recordsErr is the error of listing the staged volumes when
@@ -76,6 +85,23 @@ type Deps struct {
 	// PathExists reports whether a staging path still exists (default
 	// os.Stat).
 	PathExists func(string) bool
+	// Staged, when set, tells which device each staged volume's users
+	// hold (the driver knows the mounts); the tick compares it with the
+	// volume's devices for pathmend_volume_staged_device_replaced.
+	Staged StagedDevicer
+}
+
+// StagedDevicer returns the device the users of each staged volume hold,
+// by volume ID (volume.FindStagedDevice); a volume whose staged device is
+// unknown is left out. *driver.Driver implements it.
+type StagedDevicer interface {
+	StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error)
+}
+
+// SessionDevices is a SessionHealer that also tells, from its tick's read,
+// the block devices staged iSCSI volumes' LUNs have now, by volume ID.
+type SessionDevices interface {
+	CurrentDevices(recs []volume.Record) map[string][]volume.BlockDevice
 }
 
 // Monitor keeps every path of every staged volume healthy: each tick it
@@ -91,9 +117,10 @@ type Deps struct {
 // jobs: their outcomes are read by the tick that finds them done (with a
 // synchronous runner, the same tick).
 type Monitor struct {
-	cfg  Config
-	deps Deps
-	back *backoff
+	cfg   Config
+	deps  Deps
+	back  *backoff
+	reach *reachability
 	// nvme reads sysfs every tick (and in every job: it is safe for
 	// concurrent use), remembering across ticks what cannot change while
 	// a kernel object lives.
@@ -105,6 +132,16 @@ type Monitor struct {
 	lastTick time.Time
 	done     []jobResult // finished jobs not yet read by a tick
 	gate     *heal.LogGate
+	// replaced are the volumes whose staged device series is set, so
+	// that an unstaged volume's series is deleted.
+	replaced map[string]bool
+	// align is what jobs aligned of the staged volumes' timeouts;
+	// alignMu guards it (the tick plans from it, jobs write it).
+	alignMu sync.Mutex
+	align   alignment
+	// endpoints counts the distinct endpoints staged volumes list, per
+	// subsystem NQN, as of the last tick.
+	endpoints map[string]int
 }
 
 // VolumeStatus is what the last tick saw of one volume.
@@ -137,7 +174,10 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		cfg.BackoffBase = 3 * time.Second
 	}
 	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = 5 * time.Minute
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.RecheckTimeout <= 0 {
+		cfg.RecheckTimeout = 250 * time.Millisecond
 	}
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
@@ -145,9 +185,11 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	if deps.PathExists == nil {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
-	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), nvme: nvme.NewReader(deps.SysFS, nvme.ScopePaths),
-		status: map[string]VolumeStatus{}, orphans: map[string]bool{},
-		gate: heal.NewLogGate(0, deps.Clock.Now)}, nil
+	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), reach: newReachability(),
+		nvme:   nvme.NewReader(deps.SysFS, nvme.ScopePaths),
+		status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{},
+		align: newAlignment(),
+		gate:  heal.NewLogGate(0, deps.Clock.Now)}, nil
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then

@@ -2,7 +2,9 @@ package monitor
 
 import (
 	"context"
+	"errors"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -29,3 +31,13 @@ func (p TCPProber) Reachable(ctx context.Context, hostport string) error {
 	}
 	return c.Close()
 }
+
+// errNoAnswer marks a probe that failed other than by a refusal: the
+// endpoint did not answer within the probe's time (dropped packets, a host
+// that is down), or the network has no route to it.
+var errNoAnswer = errors.New("unreachable")
+
+// refused reports whether err is the endpoint answering and refusing the
+// connection (ECONNREFUSED), from the probe or from the kernel's connect:
+// a retry costs one round trip, so it is never backed off.
+func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

@@ -32,12 +32,16 @@ type Report struct {
 	Intents []intent.Verdict
 	// Unreadable are the record files that could not be read.
 	Unreadable []string
+	// Replaced are staged volumes whose users hold a device the kernel
+	// replaced.
+	Replaced []string
 }
 
 // Tick runs one pass: read the records and sysfs once → plan which
 // targets need work (interrupted intents, defects, missing paths of
 // staged volumes) → start one job per such target with its lease → read
-// the finished jobs → update status and metrics → iSCSI sessions.
+// the finished jobs → update status and metrics → iSCSI sessions →
+// compare each staged volume's device with its namespace's or LUN's.
 func (m *Monitor) Tick(ctx context.Context) Report {
 	start := m.deps.Clock.Now()
 	var rep Report
@@ -51,11 +55,13 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	m.reportOrphans(recs, &rep)
 
 	var exps, staged []nvme.Expectation
+	byID := map[string]volume.Record{}
 	for _, r := range recs {
 		if e, ok := nvme.ExpectationFromRecord(r); ok {
 			exps = append(exps, e)
 			if r.State == volume.StateStaged {
 				staged = append(staged, e)
+				byID[r.VolumeID] = r
 			}
 		}
 	}
@@ -83,6 +89,7 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 		}
 		m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), counts)
 		m.planReconnects(idx, staged, need, notes, &rep)
+		m.planAlign(host, staged, byID, need)
 	} else {
 		m.deps.Metrics.SetDefects(string(volume.TransportNVMeTCP), nil)
 	}
@@ -131,13 +138,17 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 		}
 		if idx != nil {
 			m.updateStatus(idx, staged, notes)
+			m.trackEndpoints(idx.Host(), staged)
+			host = idx.Host()
 		}
 	} else {
 		m.forgetAll()
+		host = nil
 	}
 	if m.deps.Sessions != nil {
 		m.deps.Sessions.Tick(ctx, recs, l.Err())
 	}
+	rep.Replaced = m.checkStaged(stagedRecords(recs), host)
 	end := m.deps.Clock.Now()
 	m.deps.Metrics.ObserveTick(end.Sub(start), end)
 	m.mu.Lock()
@@ -147,8 +158,10 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 }
 
 // planReconnects notes, for every staged volume, the missing endpoints a
-// job would reconnect; a target with one that is not backed off needs a
-// job. Backed-off endpoints are reported here, with no job and no lock.
+// job would reconnect; a target with one that is not backed off, or that
+// is backed off for not answering (the job rechecks it with a probe
+// bounded by RecheckTimeout), needs a job. Endpoints backed off after a
+// failed connect are reported here, with no job and no lock.
 func (m *Monitor) planReconnects(idx *nvme.Index, staged []nvme.Expectation, need map[volume.Target]bool, notes map[string][]string, rep *Report) {
 	now := m.deps.Clock.Now()
 	for _, e := range staged {
@@ -161,7 +174,13 @@ func (m *Monitor) planReconnects(idx *nvme.Index, staged []nvme.Expectation, nee
 				need[t] = true
 				continue
 			}
-			if ok, until, lastErr := m.back.ready(e.NQN+" "+ep.String(), now); !ok {
+			if ok, until, lastErr, recheck := m.back.ready(e.NQN+" "+ep.String(), now); !ok {
+				if recheck {
+					// Silent when last tried: the job rechecks it with a
+					// short probe, so it is reconnected once it answers.
+					need[t] = true
+					continue
+				}
 				s := fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format("15:04:05"), lastErr)
 				rep.Skipped = append(rep.Skipped, s)
 				notes[e.VolumeID] = append(notes[e.VolumeID], "reconnect "+s)
@@ -243,8 +262,9 @@ func verdictWord(v heal.Verdict) string {
 	return string(v)
 }
 
-// forgetAll drops the status and metric series of every volume: no NVMe
-// volume is staged (or healing is off).
+// forgetAll drops the status and metric series of every volume, and the
+// endpoints it found unreachable: no NVMe volume is staged (or healing is
+// off).
 func (m *Monitor) forgetAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -252,6 +272,8 @@ func (m *Monitor) forgetAll() {
 		m.deps.Metrics.ForgetVolume(id)
 	}
 	m.status = map[string]VolumeStatus{}
+	m.endpoints = nil
+	m.reach.prune(nil)
 }
 
 // reportOrphans logs, once per volume, records whose staging path is gone:

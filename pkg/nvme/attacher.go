@@ -80,15 +80,23 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 	return &Attacher{cfg: cfg}, nil
 }
 
-// ConnectOptions builds the fabrics options of one endpoint of a volume.
+// ConnectOptions builds the fabrics options of one endpoint of a volume:
+// the volume context's tunables, and for the timeouts it leaves out
+// pathmend's defaults (TimeoutsOf); a fast_io_fail_tmo of -1 (off) is
+// the kernel's default and is not sent.
 func ConnectOptions(n *volume.NVMeTCP, ep volume.Endpoint, host fabrics.HostIdentity, s volume.Secrets) fabrics.Options {
-	return fabrics.Options{
+	t := TimeoutsOf(n)
+	o := fabrics.Options{
 		Transport: "tcp", Traddr: ep.Host, Trsvcid: fmt.Sprint(ep.Port), NQN: n.NQN,
 		HostNQN: host.NQN, HostID: host.ID, HostTraddr: n.HostTraddr, HostIface: n.HostIface,
-		CtrlLossTmo: n.CtrlLossTmo, ReconnectDelay: n.ReconnectDelay, FastIOFailTmo: n.FastIOFailTmo,
+		CtrlLossTmo: &t.CtrlLossTmo, ReconnectDelay: &t.ReconnectDelay, FastIOFailTmo: n.FastIOFailTmo,
 		KeepAliveTmo: n.KeepAliveTmo, NrIOQueues: n.NrIOQueues,
 		DHCHAPSecret: s.DHCHAPSecret, DHCHAPCtrlSecret: s.DHCHAPCtrlSecret,
 	}
+	if o.FastIOFailTmo == nil && t.FastIOFailTmo >= 0 {
+		o.FastIOFailTmo = &t.FastIOFailTmo
+	}
+	return o
 }
 
 // OrderedEndpoints lists optimized endpoints first, then the others, each
@@ -140,6 +148,9 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 	n := req.Context.NVMe
 	if n == nil {
 		return att, errors.New("nvme attacher: volume context is not nvme-tcp")
+	}
+	if w := ShortCtrlLossTmo(n); w != "" {
+		klog.InfoS("Volume context sets a short ctrlLossTmo", "volumeID", req.VolumeID, "nqn", n.NQN, "reason", w)
 	}
 	exp := expectationOf(req.VolumeID, n)
 	created, err := a.connectOnce(ctx, n, req.Secrets)
@@ -308,7 +319,7 @@ func (a *Attacher) device(exp Expectation) (volume.Device, error) {
 	}
 	// The device number identifies this device: a later head of the same
 	// name is another device. Optional: older captures lack it.
-	num, _, err := a.cfg.SysFS.ReadOptionalAttr("block/" + string(loc.Device) + "/dev")
+	num, err := OptionalDeviceNumberOf(a.cfg.SysFS, loc.Device)
 	if err != nil {
 		return volume.Device{}, err
 	}
@@ -431,7 +442,10 @@ func (a *Attacher) Health(_ context.Context, rec volume.Record) volume.Condition
 	if err != nil {
 		return volume.Condition{Status: volume.Inaccessible, Reason: "SysfsUnreadable", Message: err.Error()}
 	}
-	return ConditionOf(ReportPaths(h, expectationOf(rec.VolumeID, n)))
+	exp := expectationOf(rec.VolumeID, n)
+	c := ConditionOf(ReportPaths(h, exp))
+	c.Devices = CurrentDevices(a.cfg.SysFS, h, exp)
+	return c
 }
 
 // ConditionOf turns a path report into a volume condition: healthy when

@@ -281,6 +281,36 @@ func TestAttach_FailureRollsBackItsConnects(t *testing.T) {
 	}
 }
 
+// Health names the namespace's device as the kernel has it now, by name
+// and number: Attach's device while it lasts; after the namespace was
+// disabled and enabled on the target, a new head with a new number — what
+// the driver compares with the staged device.
+func TestHealth_ReportsTheNamespacesCurrentDevice(t *testing.T) {
+	r := newRig(t)
+	dev, err := r.attach(t, "vol-2", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := volume.Record{VolumeID: "vol-2", Context: nvmeVolume(2), Device: dev.Path, DevNum: dev.Number}
+	c := r.att.Health(context.Background(), rec)
+	want := []volume.BlockDevice{{Name: filepath.Base(dev.Path), Number: dev.Number}}
+	if dev.Number.IsZero() || c.Status != volume.Healthy || !cmp.Equal(c.Devices, want) {
+		t.Fatalf("attached %+v; health %+v", dev, c)
+	}
+	r.k.SetNamespaceEnabled(testNQN, 2, false)
+	if c := r.att.Health(context.Background(), rec); c.Status != volume.Inaccessible || len(c.Devices) != 0 {
+		t.Fatalf("namespace disabled: %+v", c)
+	}
+	r.k.SetNamespaceEnabled(testNQN, 2, true)
+	c = r.att.Health(context.Background(), rec)
+	if c.Status != volume.Healthy || len(c.Devices) != 1 || c.Devices[0].Name == want[0].Name || c.Devices[0].Number == dev.Number {
+		t.Fatalf("namespace back: %+v, was %+v", c, want)
+	}
+	if _, replaced := volume.Replaced(rec, volume.StagedDevice{Device: want[0], From: "the record"}, c.Devices, true); !replaced {
+		t.Error("the new head does not replace the staged one")
+	}
+}
+
 // TestUndo_TakesOnlyItsOwnControllers: Undo keeps everything while a
 // record that may be the subsystem's cannot be read, and never deletes a
 // controller whose name the kernel has since given to another subsystem.

@@ -22,6 +22,8 @@
 //	    nvmeNnH/                          multipath head block device
 //	        nsid wwid size                required (size in 512-byte sectors)
 //	        nguid uuid                    hidden by the kernel when zero
+//	        dev                           major:minor (block/nvmeNnH/dev; read by CurrentDevices)
+//	        delayed_removal_secs          Linux 6.16 and later; absent on 6.1
 //	class/nvme/nvmeX -> devices/virtual/nvme-fabrics/ctl/nvmeX
 //	    state transport cntlid subsysnqn kato      required
 //	    address hostnqn ctrl_loss_tmo reconnect_delay fast_io_fail_tmo
@@ -101,6 +103,20 @@
 // CoTenants are the namespaces other than the defect's subject that the
 // teardown would strand: it removes one of their legs and leaves no usable
 // one, having taken the last usable leg or the last leg of all.
+//
+// # Devices and timeouts
+//
+// CurrentDevices gives the block devices a staged volume's namespace has
+// now, with their numbers, for the driver to compare with what the
+// volume's users hold: Linux 6.1 removes a multipath head whose namespace
+// lost its last path and makes a new one (new name, new number) when
+// paths return. To keep that from happening in an outage, ConnectOptions
+// connects with pathmend's timeout defaults where a volume context sets
+// none (TimeoutsOf: ctrl_loss_tmo -1, fast_io_fail_tmo 600,
+// reconnect_delay 5), and TimeoutTunes plans the writes that align
+// controllers already connected (all three attributes are writable on a
+// live 6.1 controller) and set a head's delayed_removal_secs where the
+// kernel has it; ApplyTunes writes them through the sysfs root.
 //
 // # Invariants
 //

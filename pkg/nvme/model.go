@@ -3,6 +3,8 @@ package nvme
 import (
 	"slices"
 	"time"
+
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // Host is one read of the NVMe state of a node: every subsystem, every
@@ -158,6 +160,11 @@ type Namespace struct {
 	WWID string `json:"wwid"`
 	// Sectors is <device>/size, in 512-byte sectors.
 	Sectors uint64 `json:"sectors"`
+	// Dev is <device>/dev, the block device's number (of the head; with
+	// multipath off, of the last per-controller disk read); zero when the
+	// tree does not publish it. Fixed for the device's life: a head the
+	// kernel removes and makes again has a new one.
+	Dev volume.DeviceNumber `json:"dev,omitzero"`
 	// Paths are the legs (or per-controller disks) in controller instance
 	// order.
 	Paths []Path `json:"paths"`

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // What a Reader remembers of the kernel objects it read. A memo's static
@@ -84,6 +85,7 @@ type diskMemo struct {
 	static            bool
 	nsid              uint32
 	nguid, uuid, wwid string
+	dev               volume.DeviceNumber
 	size              memo[uint64]
 	anaState          string
 	anaGroup          memo[uint32]
@@ -92,13 +94,13 @@ type diskMemo struct {
 
 // diskPaths are a disk's attribute paths below its parent directory.
 type diskPaths struct {
-	nsid, nguid, uuid, wwid, size, anaState, anaGroup string
+	nsid, nguid, uuid, wwid, dev, size, anaState, anaGroup string
 }
 
 func newDiskMemo(entry string, d diskName) *diskMemo {
 	at := func(a string) string { return entry + "/" + a }
 	return &diskMemo{name: d, paths: diskPaths{
-		nsid: at("nsid"), nguid: at("nguid"), uuid: at("uuid"), wwid: at("wwid"),
+		nsid: at("nsid"), nguid: at("nguid"), uuid: at("uuid"), wwid: at("wwid"), dev: at("dev"),
 		size: at("size"), anaState: at("ana_state"), anaGroup: at("ana_grpid"),
 	}}
 }

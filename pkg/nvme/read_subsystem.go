@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // subsystem reads class/nvme-subsystem/<name>: its attributes, the links
@@ -164,9 +165,23 @@ func (p *pass) identity(o obj, dm *diskMemo, ns *Namespace) error {
 		if err := o.text(dm.paths.wwid, &dm.wwid); err != nil {
 			return err
 		}
+		// dev is the block device's number, fixed for its life; a tree
+		// without it (a hand-made fixture) reads as unknown.
+		var dev string
+		if err := o.optional(dm.paths.dev, "", nil, &dev); err != nil {
+			return err
+		}
+		dm.dev = volume.DeviceNumber{}
+		if dev != "" {
+			n, err := volume.ParseDeviceNumber(dev)
+			if err != nil {
+				return fmt.Errorf("parse %s/%s: %w", o.d.Rel(), dm.paths.dev, err)
+			}
+			dm.dev = n
+		}
 		dm.static = true
 	}
-	ns.NSID, ns.NGUID, ns.UUID, ns.WWID = dm.nsid, dm.nguid, dm.uuid, dm.wwid
+	ns.NSID, ns.NGUID, ns.UUID, ns.WWID, ns.Dev = dm.nsid, dm.nguid, dm.uuid, dm.wwid, dm.dev
 	if p.r.scope != ScopeAll {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // twoPathTopology is one subsystem (instance 2) with namespaces 1 and 2
@@ -18,8 +19,8 @@ func twoPathTopology() nvmetest.Topology {
 		Instance: 2,
 		NQN:      "nqn.2024-01.io.pathmend.test:a",
 		Namespaces: []nvmetest.Namespace{
-			{Head: 1, NSID: 1, UUID: "f68ad72e-c4c4-483b-8741-5e427c6750a2"},
-			{Head: 2, NSID: 2, NGUID: "0a0b0c0d-0000-0000-0000-000000000002", Sectors: 2048},
+			{Head: 1, NSID: 1, UUID: "f68ad72e-c4c4-483b-8741-5e427c6750a2", Dev: "259:1"},
+			{Head: 2, NSID: 2, NGUID: "0a0b0c0d-0000-0000-0000-000000000002", Sectors: 2048, Dev: "259:3"},
 		},
 		Controllers: []nvmetest.Controller{
 			{Instance: 0, Trsvcid: "4420", Age: time.Minute, Legs: legs("optimized", 1, 2)},
@@ -60,6 +61,7 @@ func TestRead_NativeMultipath(t *testing.T) {
 				{
 					Subsystem: "nvme-subsys2", HeadInstance: 1, Head: "nvme2n1", NSID: 1,
 					UUID: "f68ad72e-c4c4-483b-8741-5e427c6750a2", WWID: "uuid.f68ad72e-c4c4-483b-8741-5e427c6750a2", Sectors: 131072,
+					Dev: volume.DeviceNumber{Major: 259, Minor: 1},
 					Paths: []Path{
 						{Controller: "nvme0", Device: "nvme2c0n1", ANAState: ANAOptimized, ANAGroup: 1},
 						{Controller: "nvme1", Device: "nvme2c1n1", ANAState: ANANonOptimized, ANAGroup: 1},
@@ -69,6 +71,7 @@ func TestRead_NativeMultipath(t *testing.T) {
 					Subsystem: "nvme-subsys2", HeadInstance: 2, Head: "nvme2n2", NSID: 2,
 					NGUID: "0a0b0c0d-0000-0000-0000-000000000002", UUID: "0a0b0c0d-0000-0000-0000-000000000002",
 					WWID: "eui.0a0b0c0d000000000000000000000002", Sectors: 2048,
+					Dev: volume.DeviceNumber{Major: 259, Minor: 3},
 					Paths: []Path{
 						{Controller: "nvme0", Device: "nvme2c0n2", ANAState: ANAOptimized, ANAGroup: 1},
 						{Controller: "nvme1", Device: "nvme2c1n2", ANAState: ANANonOptimized, ANAGroup: 1},

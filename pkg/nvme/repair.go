@@ -3,6 +3,7 @@ package nvme
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -26,9 +27,13 @@ type Rescanner interface {
 // exactly as given — delete these controllers in this order — and returns
 // what it removed. It decides nothing; heal.Policy does.
 //
-// NamespaceMissing is tried gently first: every live controller of the
-// plan rescans its namespaces, and only if the namespace still has not
-// appeared after RescanWait are the controllers torn down.
+// NamespaceMissing has a gentle first step (heal.FirstStepper): every
+// live controller of the plan rescans its namespaces, and the repairer
+// watches sysfs up to RescanWait for the namespace. The policy runs it
+// before deciding on the teardown and whatever it decides: a rescan tears
+// nothing down, so a teardown refused for its co-tenants does not hold it
+// back. Only if the namespace still has not appeared may the policy let
+// the controllers be torn down.
 type Repairer struct {
 	Detacher  Detacher
 	Rescanner Rescanner
@@ -43,21 +48,43 @@ type Repairer struct {
 	Clock clock.Clock
 }
 
-var _ heal.Repairer = (*Repairer)(nil)
+var (
+	_ heal.Repairer     = (*Repairer)(nil)
+	_ heal.FirstStepper = (*Repairer)(nil)
+)
 
-// Repair executes d's plan. On an error it stops and returns what it
-// removed so far with the error.
-func (r *Repairer) Repair(ctx context.Context, d heal.Defect) ([]heal.Path, error) {
-	if d.Kind == heal.NamespaceMissing && r.Rescanner != nil {
-		cured, err := r.rescan(ctx, d)
-		if err != nil {
-			return nil, err
-		}
-		if cured {
-			klog.InfoS("Namespace appeared after a rescan; nothing torn down", "defect", d.Kind, "key", d.Key, "volumes", d.Volumes)
-			return nil, nil
+// FirstStep names the rescan of a NamespaceMissing defect: its live
+// controllers, "rescan nvme0, nvme1"; "" for other defects or when no
+// controller of the plan is live.
+func (r *Repairer) FirstStep(d heal.Defect) string {
+	if d.Kind != heal.NamespaceMissing || r.Rescanner == nil {
+		return ""
+	}
+	var live []string
+	for _, p := range d.Teardown {
+		if p.State == string(StateLive) {
+			live = append(live, p.Name)
 		}
 	}
+	if len(live) == 0 {
+		return ""
+	}
+	return "rescan " + strings.Join(live, ", ")
+}
+
+// TryFirstStep rescans the live controllers of d's plan and reports
+// whether the namespace appeared within RescanWait.
+func (r *Repairer) TryFirstStep(ctx context.Context, d heal.Defect) (bool, error) {
+	cured, err := r.rescan(ctx, d)
+	if cured {
+		klog.InfoS("Namespace appeared after a rescan; nothing torn down", "defect", d.Kind, "key", d.Key, "volumes", d.Volumes)
+	}
+	return cured, err
+}
+
+// Repair executes d's teardown plan. On an error it stops and returns
+// what it removed so far with the error.
+func (r *Repairer) Repair(ctx context.Context, d heal.Defect) ([]heal.Path, error) {
 	var removed []heal.Path
 	for _, p := range d.Teardown {
 		if err := r.Detacher.Disconnect(p.Name); err != nil {

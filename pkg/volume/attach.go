@@ -58,9 +58,10 @@ type Device struct {
 	Path string
 	// SizeBytes is the size of the device as the kernel reports it.
 	SizeBytes int64
-	// Number is the device number as sysfs publishes it in
-	// block/<dev>/dev ("259:3"); empty when the transport did not read it.
-	Number string
+	// Number is the device's number from sysfs (block/<dev>/dev); zero
+	// when the transport does not read it (the driver then takes it from
+	// the device node).
+	Number DeviceNumber
 }
 
 // HealthStatus grades the paths of a staged volume.
@@ -98,6 +99,11 @@ type Condition struct {
 	// Message says what is wrong, readable by an operator, e.g. "2 of 3
 	// paths live; nvme4 (10.0.0.2:4420) contributes no path".
 	Message string
+	// Devices are the block devices of the volume's namespace or LUN as
+	// the transport read them now — the multipath head, or map and disks
+	// — with their numbers; empty when it has none. The driver compares
+	// them with the device the volume's users hold (Replaced).
+	Devices []BlockDevice
 }
 
 // Abnormal reports whether the volume is not Healthy.

@@ -29,9 +29,20 @@
 // "written by a newer pathmend", never absent. CoTenants is what an
 // attacher is told about a target's other volumes.
 //
+// # Device identity
+//
+// DeviceNumber (major:minor) is how a block device is known: the record
+// keeps the staged device's, FindStagedDevice finds the one a staged
+// volume's users hold (the staging mount's, or the device node at a
+// block publication), and Replaced compares it with the devices a
+// transport finds for the volume now. A name is never compared: the
+// kernel reuses names, and a device has several.
+//
 // # What this package does not do
 //
-// It attaches nothing, reads no sysfs, runs no commands and speaks no gRPC.
+// It attaches nothing, reads no sysfs, runs no commands and speaks no gRPC;
+// the one thing it looks at on the host is a device node's number
+// (NodeNumber).
 // It does not resolve host names in endpoints and portals; it only checks
 // their syntax.
 //

@@ -81,10 +81,13 @@ type Record struct {
 	// Device is the verified block device path, e.g. /dev/nvme0n1. It may be
 	// empty in a record written before the device was found.
 	Device string `json:"device"`
-	// DevNum is the device's number as sysfs publishes it ("259:3"),
-	// read when the device was verified; empty when the transport did
-	// not read it. A later device of the same name is not this one.
-	DevNum string `json:"devNum,omitempty"`
+	// DevNum is Device's number when it was staged (sysfs
+	// block/<dev>/dev, checked against the device node), as
+	// "259:3": the identity of what was staged, which a name is not (a
+	// later device of the same name is another device). Zero when the
+	// transport did not read it, or in a record written before pathmend
+	// kept it.
+	DevNum DeviceNumber `json:"devNum,omitzero"`
 	// ReadOnly is set when the volume was staged with a read-only access
 	// mode (its staging mount is read-only).
 	ReadOnly bool `json:"readOnly,omitempty"`

@@ -8,7 +8,7 @@
 set -uo pipefail
 LAB=${LAB:-/lab}
 run=${1:-.}
-tmo=${2:-900}
+tmo=${2:-1500}
 export PATHMEND_LAB=$LAB
 cd /tmp || exit 1
 echo "e2e: kernel $(uname -r), running -test.run '$run' (timeout ${tmo}s)"

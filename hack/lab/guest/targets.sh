@@ -37,7 +37,7 @@
 #   iscsi_session_of IQN PORTAL -> prints sessionN
 #   iscsi_wait_state SESSION STATE [SECONDS]
 # NQN alias (a second target sharing an NQN, see hack/lab/nqnproxy):
-#   nqnproxy_start LISTEN CONNECT HOST_NQN TARGET_NQN / nqnproxy_stop_all
+#   nqnproxy_start LISTEN CONNECT HOST_NQN TARGET_NQN [HOLD_FILE] / nqnproxy_stop_all
 # Stuck iSCSI session (open-iscsi #387, see hack/lab/flakyproxy):
 #   flakyproxy_start LISTEN CONNECT / flakyproxy_stop
 #   iscsid_foreground (iscsid with its log kept; $ISCSID_RESTART restarts it)
@@ -377,14 +377,17 @@ multipathd_stop() {
 
 # ---------------------------------------------------------------- NQN alias
 
-# nqnproxy_start LISTEN CONNECT HOST_NQN TARGET_NQN runs nqnproxy in the
-# background: the subsystem TARGET_NQN, reached through LISTEN, answers as
-# HOST_NQN (a second target sharing HOST_NQN). nqnproxy_stop_all ends them.
+# nqnproxy_start LISTEN CONNECT HOST_NQN TARGET_NQN [HOLD_FILE] runs
+# nqnproxy in the background: the subsystem TARGET_NQN, reached through
+# LISTEN, answers as HOST_NQN (a second target sharing HOST_NQN; the same
+# NQN twice for a plain proxy). With HOLD_FILE, the target's asynchronous
+# events are held back while that file exists. nqnproxy_stop_all ends them.
 nqnproxy_start() {
-	local log
+	local log hold=()
 	mkdir -p /run/lab
 	log=/run/lab/nqnproxy-${1//[:.]/_}.log
-	"${LAB_BIN:-/lab/bin}/nqnproxy" -listen "$1" -connect "$2" -host-nqn "$3" -target-nqn "$4" \
+	[ -n "${5:-}" ] && hold=(-hold-aen-file "$5")
+	"${LAB_BIN:-/lab/bin}/nqnproxy" -listen "$1" -connect "$2" -host-nqn "$3" -target-nqn "$4" "${hold[@]}" \
 		</dev/null >"$log" 2>&1 &
 	echo $! >>/run/lab/nqnproxy.pids
 	lab_wait 10 "nqnproxy on $1" grep -q 'nqnproxy:' "$log"

@@ -10,10 +10,21 @@
 // kernel sees a second controller of -host-nqn whose cntlid, serial and
 // namespaces come from the -target-nqn subsystem.
 //
+// With -hold-aen-file, it also holds back the target's asynchronous
+// events: while that file exists, the completion of every Asynchronous
+// Event Request on the admin queue is dropped instead of forwarded, so the
+// host never learns of a namespace the target adds (nvmet reports it with
+// a namespace-attribute-changed event) and only a rescan of its own finds
+// it. nvmet masks further events of that type until the host reads the
+// changed-namespace log, which it does only after an event: the hold lasts
+// until the host reconnects. Dropping packets does not do this (TCP
+// delivers the event when they flow again); without an event the host's
+// view is what its last scan saw.
+//
 // Usage:
 //
 //	nqnproxy -listen 127.0.0.3:4420 -connect 127.0.0.1:4420 \
-//	    -host-nqn nqn.…:shared -target-nqn nqn.…:shared-b
+//	    -host-nqn nqn.…:shared -target-nqn nqn.…:shared-b [-hold-aen-file F]
 package main
 
 import (
@@ -43,6 +54,8 @@ const (
 	opFabrics      = 0x7f
 	fcConnect      = 0x01
 	opIdentify     = 0x06
+	opAsyncEvent   = 0x0c // admin queue only: the I/O queues' 0x0c is Verify
+	connectQIDOff  = 42   // QID in the Connect SQE
 	cnsController  = 0x01
 	connectNQNOff  = 256 // subsysnqn in Connect data
 	identifyNQNOff = 768 // SUBNQN in Identify Controller data
@@ -55,6 +68,7 @@ func main() {
 	connect := flag.String("connect", "", "nvmet port to forward to")
 	hostNQN := flag.String("host-nqn", "", "NQN the host connects to and sees")
 	targetNQN := flag.String("target-nqn", "", "NQN of the nvmet subsystem that answers")
+	holdAEN := flag.String("hold-aen-file", "", "while this file exists, asynchronous event completions are not forwarded to the host")
 	flag.Parse()
 	if *listen == "" || *connect == "" || *hostNQN == "" || *targetNQN == "" || len(*hostNQN) >= nqnLen || len(*targetNQN) >= nqnLen {
 		flag.Usage()
@@ -65,7 +79,7 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Printf("nqnproxy: %s (%s) -> %s (%s)", *listen, *hostNQN, *connect, *targetNQN)
-	p := &proxy{target: *connect, hostNQN: field(*hostNQN), targetNQN: field(*targetNQN)}
+	p := &proxy{target: *connect, hostNQN: field(*hostNQN), targetNQN: field(*targetNQN), holdAEN: *holdAEN}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -84,13 +98,26 @@ func field(nqn string) []byte {
 type proxy struct {
 	target             string
 	hostNQN, targetNQN []byte
+	holdAEN            string
 }
 
-// conn is one proxied queue: the command IDs of Identify Controller
-// commands whose data is still to come.
+// holding reports whether asynchronous events are held back now.
+func (p *proxy) holding() bool {
+	if p.holdAEN == "" {
+		return false
+	}
+	_, err := os.Stat(p.holdAEN)
+	return err == nil
+}
+
+// conn is one proxied queue: whether it is the admin queue, the command
+// IDs of Identify Controller commands whose data is still to come, and
+// those of outstanding Asynchronous Event Requests.
 type conn struct {
 	mu       sync.Mutex
+	admin    bool
 	identify map[uint16]bool
+	aer      map[uint16]bool
 }
 
 func (p *proxy) serve(host net.Conn) {
@@ -101,17 +128,18 @@ func (p *proxy) serve(host net.Conn) {
 		return
 	}
 	defer tgt.Close()
-	c := &conn{identify: map[uint16]bool{}}
+	c := &conn{identify: map[uint16]bool{}, aer: map[uint16]bool{}}
 	done := make(chan error, 2)
-	go func() { done <- pump(host, tgt, func(pdu []byte) error { return p.fromHost(c, pdu) }) }()
-	go func() { done <- pump(tgt, host, func(pdu []byte) error { return p.fromTarget(c, pdu) }) }()
+	go func() { done <- pump(host, tgt, func(pdu []byte) (bool, error) { return false, p.fromHost(c, pdu) }) }()
+	go func() { done <- pump(tgt, host, func(pdu []byte) (bool, error) { return p.fromTarget(c, pdu) }) }()
 	if err := <-done; err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		log.Printf("queue %s: %v", host.RemoteAddr(), err)
 	}
 }
 
-// pump copies PDUs from src to dst, letting edit change each in place.
-func pump(src, dst net.Conn, edit func([]byte) error) error {
+// pump copies PDUs from src to dst, letting edit change each in place or
+// drop it.
+func pump(src, dst net.Conn, edit func([]byte) (drop bool, err error)) error {
 	defer dst.Close()
 	hdr := make([]byte, 8)
 	for {
@@ -127,8 +155,12 @@ func pump(src, dst net.Conn, edit func([]byte) error) error {
 		if _, err := io.ReadFull(src, pdu[8:]); err != nil {
 			return err
 		}
-		if err := edit(pdu); err != nil {
+		drop, err := edit(pdu)
+		if err != nil {
 			return err
+		}
+		if drop {
+			continue
 		}
 		if _, err := dst.Write(pdu); err != nil {
 			return err
@@ -158,6 +190,9 @@ func (p *proxy) fromHost(c *conn, pdu []byte) error {
 	cid := binary.LittleEndian.Uint16(sqe[2:4])
 	switch {
 	case sqe[0] == opFabrics && sqe[4] == fcConnect:
+		c.mu.Lock()
+		c.admin = binary.LittleEndian.Uint16(sqe[connectQIDOff:connectQIDOff+2]) == 0
+		c.mu.Unlock()
 		data := pdu[dataOffset(pdu):]
 		if len(data) < connectNQNOff+nqnLen {
 			return errors.New("connect without in-capsule data")
@@ -170,21 +205,34 @@ func (p *proxy) fromHost(c *conn, pdu []byte) error {
 		c.mu.Lock()
 		c.identify[cid] = true
 		c.mu.Unlock()
+	case sqe[0] == opAsyncEvent:
+		c.mu.Lock()
+		if c.admin {
+			c.aer[cid] = true
+		}
+		c.mu.Unlock()
 	}
 	return nil
 }
 
-func (p *proxy) fromTarget(c *conn, pdu []byte) error {
+func (p *proxy) fromTarget(c *conn, pdu []byte) (drop bool, err error) {
 	switch pdu[0] {
 	case pduCapsuleResp:
 		if len(pdu) >= 8+16 {
+			cid := binary.LittleEndian.Uint16(pdu[8+12 : 8+14])
 			c.mu.Lock()
-			delete(c.identify, binary.LittleEndian.Uint16(pdu[8+12:8+14]))
+			delete(c.identify, cid)
+			aer := c.aer[cid]
+			delete(c.aer, cid)
 			c.mu.Unlock()
+			if aer && p.holding() {
+				log.Printf("held back asynchronous event (cid %d, result %#x)", cid, binary.LittleEndian.Uint32(pdu[8:12]))
+				return true, nil
+			}
 		}
 	case pduC2HData:
 		if len(pdu) < 24 {
-			return nil
+			return false, nil
 		}
 		cid := binary.LittleEndian.Uint16(pdu[8:10])
 		c.mu.Lock()
@@ -194,10 +242,10 @@ func (p *proxy) fromTarget(c *conn, pdu []byte) error {
 		}
 		c.mu.Unlock()
 		if !pending {
-			return nil
+			return false, nil
 		}
 		if pdu[1]&(flagHDGST|flagDDGST) != 0 {
-			return errors.New("digests are not supported")
+			return false, errors.New("digests are not supported")
 		}
 		datao := int(binary.LittleEndian.Uint32(pdu[12:16]))
 		data := pdu[dataOffset(pdu):]
@@ -205,12 +253,12 @@ func (p *proxy) fromTarget(c *conn, pdu []byte) error {
 		// and only when it holds the answering subsystem's NQN.
 		lo, hi := max(identifyNQNOff-datao, 0), min(identifyNQNOff+nqnLen-datao, len(data))
 		if lo >= hi {
-			return nil
+			return false, nil
 		}
 		want := p.targetNQN[lo+datao-identifyNQNOff : hi+datao-identifyNQNOff]
 		if bytes.Equal(data[lo:hi], want) {
 			copy(data[lo:hi], p.hostNQN[lo+datao-identifyNQNOff:hi+datao-identifyNQNOff])
 		}
 	}
-	return nil
+	return false, nil
 }

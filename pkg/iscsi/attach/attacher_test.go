@@ -53,7 +53,7 @@ func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: "254:0"}); dev != want {
+	if want := (driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 254, Minor: 0}}); dev != want {
 		t.Errorf("device %+v, want %+v", dev, want)
 	}
 	wantSettings := map[string]string{
@@ -209,13 +209,13 @@ func TestAttach_WithoutAWWIDVerifiesBySizeOnly(t *testing.T) {
 		multipathd bool
 		noWWID     bool
 		want       string
-		number     string
+		number     volume.DeviceNumber
 		lines      int
 	}{
-		{"two portals, map", []string{"127.0.0.1", "127.0.0.2"}, true, true, "dm-0", "254:0", 1},
-		{"two portals, no map", []string{"127.0.0.1", "127.0.0.2"}, false, true, "sda", "8:0", 1},
-		{"one portal, no map", []string{"127.0.0.1"}, false, true, "sda", "8:0", 1},
-		{"wwids published", []string{"127.0.0.1", "127.0.0.2"}, true, false, "dm-0", "254:0", 0},
+		{"two portals, map", []string{"127.0.0.1", "127.0.0.2"}, true, true, "dm-0", volume.DeviceNumber{Major: 254}, 1},
+		{"two portals, no map", []string{"127.0.0.1", "127.0.0.2"}, false, true, "sda", volume.DeviceNumber{Major: 8}, 1},
+		{"one portal, no map", []string{"127.0.0.1"}, false, true, "sda", volume.DeviceNumber{Major: 8}, 1},
+		{"wwids published", []string{"127.0.0.1", "127.0.0.2"}, true, false, "dm-0", volume.DeviceNumber{Major: 254}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := captureLogs(t, "0")

@@ -49,9 +49,11 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	if err != nil {
 		return driver.Device{}, err
 	}
-	// Without a map the first portal's disk is the device: a later map
-	// cannot claim a disk that is open, so the volume keeps working on one
-	// path, and Health reports the portals as they are.
+	// Without a map the first portal's disk is the device, and the volume
+	// works on one path; Health reports the portals as they are. Nothing
+	// holds the disk open until it is mounted, so a map multipathd
+	// assembles later may still take it: the driver asks CheckDevice
+	// again before it formats, mounts or records the device.
 	name := paths[0].lun.Disk
 	if found {
 		// A map of another size is not a map over these disks as they
@@ -76,7 +78,95 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	if err := a.checkNode(path, devt); err != nil {
 		return driver.Device{}, err
 	}
-	return driver.Device{Path: path, SizeBytes: size, Number: devt}, nil
+	num, err := volume.ParseDeviceNumber(devt)
+	if err != nil {
+		return driver.Device{}, fmt.Errorf("block/%s/dev: %w", name, err)
+	}
+	return driver.Device{Path: path, SizeBytes: size, Number: num}, nil
+}
+
+// CheckDevice re-reads sysfs for the device Attach returned (rec.Device,
+// rec.DevNum) just before the driver formats, mounts or records it. A map
+// is returned as it is. A single disk that nothing holds is returned as
+// it is; one that a dm-multipath map of this LUN has taken since (a dm
+// device whose dm/uuid starts "mpath-", whose slaves are all paths of
+// the LUN with the disk's WWID, and whose size is the disk's) is
+// replaced by that map. A disk held by anything else, or gone, or
+// another device under its name, is an error wrapping
+// volume.ErrUnavailable: mounting a disk a map holds fails (EBUSY) or,
+// with raw block, writes around the map, so the stage fails and the CO
+// retries it.
+func (a *Attacher) CheckDevice(ctx context.Context, rec volume.Record) (driver.Device, error) {
+	v, err := iscsiContext(rec.Context)
+	if err != nil {
+		return driver.Device{}, err
+	}
+	name := filepath.Base(rec.Device)
+	if rec.Device != filepath.Join(a.cfg.DevRoot, name) {
+		return driver.Device{}, fmt.Errorf("device %s of volume %s is not in %s", rec.Device, rec.VolumeID, a.cfg.DevRoot)
+	}
+	devText, err := a.cfg.Sys.ReadAttr("block/" + name + "/dev")
+	if err != nil {
+		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d: %w: %w", rec.Device, v.IQN, v.LUN, volume.ErrUnavailable, err)
+	}
+	devt, err := volume.ParseDeviceNumber(devText)
+	if err != nil {
+		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d: %w", rec.Device, v.IQN, v.LUN, err)
+	}
+	if !rec.DevNum.IsZero() && devt != rec.DevNum {
+		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d is now device %s, not %s: %w", rec.Device, v.IQN, v.LUN, devt, rec.DevNum, volume.ErrUnavailable)
+	}
+	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
+	if err != nil {
+		return driver.Device{}, err
+	}
+	s, l, ok := snap.PathOf(name)
+	if !ok {
+		// Not a disk of a session: the multipath map Attach found (or
+		// a disk gone with its session, whose dev read failed above).
+		return driver.Device{Path: rec.Device, SizeBytes: mapSize(snap, name), Number: devt}, nil
+	}
+	if len(l.Holders) == 0 {
+		return driver.Device{Path: rec.Device, SizeBytes: l.SizeBytes, Number: devt}, nil
+	}
+	if s.TargetName != v.IQN || l.Address.LUN != v.LUN {
+		return driver.Device{}, fmt.Errorf("device %s is LUN %d of %s, not of the volume's %s LUN %d", rec.Device, l.Address.LUN, s.TargetName, v.IQN, v.LUN)
+	}
+	m, found, _, err := mapOver(snap, v, l.WWID, []lunPath{{session: s, lun: l}})
+	if err != nil {
+		return driver.Device{}, fmt.Errorf("disk %s of %s LUN %d was taken by a device since it was attached: %w: %w", name, v.IQN, v.LUN, volume.ErrUnavailable, err)
+	}
+	if !found || len(l.Holders) != 1 || l.Holders[0] != m.Device {
+		return driver.Device{}, fmt.Errorf("disk %s of %s LUN %d is held by %s, which is not a multipath map of the LUN; not using a disk another device holds: %w",
+			name, v.IQN, v.LUN, strings.Join(l.Holders, ", "), volume.ErrUnavailable)
+	}
+	if m.SizeBytes != l.SizeBytes {
+		return driver.Device{}, fmt.Errorf("multipath map %s (%s) of %s LUN %d has %d bytes, its path %s has %d: %w", m.Device, m.Name, v.IQN, v.LUN, m.SizeBytes, name, l.SizeBytes, volume.ErrUnavailable)
+	}
+	mdevText, err := a.cfg.Sys.ReadAttr("block/" + m.Device + "/dev")
+	if err != nil {
+		return driver.Device{}, err
+	}
+	path := filepath.Join(a.cfg.DevRoot, m.Device)
+	if err := a.checkNode(path, mdevText); err != nil {
+		return driver.Device{}, err
+	}
+	mdevt, err := volume.ParseDeviceNumber(mdevText)
+	if err != nil {
+		return driver.Device{}, fmt.Errorf("multipath map %s: %w", m.Device, err)
+	}
+	klog.FromContext(ctx).Info("A multipath map took the volume's disk after the attach; using the map", "volumeID", rec.VolumeID, "iqn", v.IQN, "lun", v.LUN, "disk", name, "map", m.Device, "mapName", m.Name)
+	return driver.Device{Path: path, SizeBytes: m.SizeBytes, Number: mdevt}, nil
+}
+
+// mapSize is the size of the multipath map name, 0 when it is not one.
+func mapSize(snap *iscsi.Snapshot, name string) int64 {
+	for _, m := range snap.Maps {
+		if m.Device == name {
+			return m.SizeBytes
+		}
+	}
+	return 0
 }
 
 // waitDisks polls sysfs until every logged-in session has the LUN's disk,

@@ -14,7 +14,10 @@
 // dm-multipath map over them — waiting a bounded time for multipathd,
 // which may map a single path too — or a single disk when multipathd
 // assembles none, after checking that the device node's number matches
-// sysfs.
+// sysfs. CheckDevice reads sysfs again when the driver is about to use
+// the device: a single disk that a multipath map of the LUN took since
+// the attach (multipathd slower than the wait) is replaced by the map;
+// a disk anything else holds is refused as unavailable.
 // Portals that fail to log in are left to the session heal as long as one
 // succeeds. The attachment names what the call created — node records that
 // did not exist, portals that had no session before it — also when it

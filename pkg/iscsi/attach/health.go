@@ -32,7 +32,10 @@ func (a *Attacher) Health(ctx context.Context, rec volume.Record) driver.Conditi
 	if err != nil {
 		return driver.Condition{Status: driver.Inaccessible, Reason: ReasonUnreadable, Message: err.Error()}
 	}
-	return grade(iscsi.NewPortalMatcher(ctx, a.cfg.Resolver), snap, v, a.cfg.Clocks)
+	m := iscsi.NewPortalMatcher(ctx, a.cfg.Resolver)
+	c := grade(m, snap, v, a.cfg.Clocks)
+	c.Devices = iscsi.CurrentDevices(a.cfg.Sys, snap, m, v)
+	return c
 }
 
 // grade computes the condition of volume v in snap.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/pathmend/pathmend/internal/testneed"
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
@@ -50,22 +52,27 @@ func TestHealth_OnTheLabCaptures(t *testing.T) {
 		want    driver.Condition
 	}{
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 1, "127.0.0.1", "127.0.0.2"), nil,
-			driver.Condition{Status: driver.Healthy, Message: "2 of 2 portals logged in"}},
+			driver.Condition{Status: driver.Healthy, Message: "2 of 2 portals logged in",
+				Devices: []volume.BlockDevice{{Name: "dm-1", Number: volume.DeviceNumber{Major: 254, Minor: 1}}, {Name: "sdb", Number: volume.DeviceNumber{Major: 8, Minor: 16}}, {Name: "sdd", Number: volume.DeviceNumber{Major: 8, Minor: 48}}}}},
 		{"iscsi-session-failed", vol("iqn.2024-01.io.pathmend.lab:failing", 0, "127.0.0.1", "127.0.0.2"), clocks{2: 40 * time.Second},
-			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.2:3260) FAILED for 40s"}},
+			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.2:3260) FAILED for 40s",
+				Devices: []volume.BlockDevice{{Name: "sda", Number: volume.DeviceNumber{Major: 8, Minor: 0}}, {Name: "sdb", Number: volume.DeviceNumber{Major: 8, Minor: 16}}}}},
 		{"iscsi-session-free", vol("iqn.2024-01.io.pathmend.lab:lost", 0, "127.0.0.2"), nil,
-			driver.Condition{Status: driver.Inaccessible, Reason: ReasonNoLivePath, Message: "0 of 1 portals logged in; session2 (127.0.0.2:3260) FREE"}},
+			driver.Condition{Status: driver.Inaccessible, Reason: ReasonNoLivePath, Message: "0 of 1 portals logged in; session2 (127.0.0.2:3260) FREE",
+				Devices: []volume.BlockDevice{{Name: "sdb", Number: volume.DeviceNumber{Major: 8, Minor: 16}}}}},
 		{"iscsi-session-stuck", vol("iqn.2024-01.io.pathmend.lab:stuck", 0, "127.0.0.1", "127.0.0.3"), clocks{2: 95 * time.Second},
-			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.3:3260) FREE for 1m35s"}},
+			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.3:3260) FREE for 1m35s",
+				Devices: []volume.BlockDevice{{Name: "dm-0", Number: volume.DeviceNumber{Major: 254, Minor: 0}}, {Name: "sda", Number: volume.DeviceNumber{Major: 8, Minor: 0}}, {Name: "sdb", Number: volume.DeviceNumber{Major: 8, Minor: 16}}}}},
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 0, "127.0.0.1", "127.0.0.3"), nil,
-			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; no session to 127.0.0.3:3260"}},
+			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; no session to 127.0.0.3:3260",
+				Devices: []volume.BlockDevice{{Name: "dm-0", Number: volume.DeviceNumber{Major: 254, Minor: 0}}, {Name: "sda", Number: volume.DeviceNumber{Major: 8, Minor: 0}}}}},
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 5, "127.0.0.1"), nil,
 			driver.Condition{Status: driver.Inaccessible, Reason: ReasonNoLivePath, Message: "0 of 1 portals logged in; session1 (127.0.0.1:3260) LOGGED_IN without LUN 5"}},
 	} {
 		t.Run(tc.capture+"/"+tc.want.Message, func(t *testing.T) {
 			a := captureAttacher(t, tc.capture, tc.clocks)
-			if got := a.Health(context.Background(), tc.rec); got != tc.want {
-				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			if diff := cmp.Diff(tc.want, a.Health(context.Background(), tc.rec)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}

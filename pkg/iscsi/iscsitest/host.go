@@ -185,6 +185,17 @@ func (h *Host) login(key, target, portal string) Result {
 	return Result{}
 }
 
+// StartMultipathd starts multipathd late: it sets Multipathd and
+// assembles the maps of the sessions already there at once, as a
+// multipathd that was slow or stopped does after an attach settled for
+// a single disk.
+func (h *Host) StartMultipathd() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Multipathd = true
+	h.assemble()
+}
+
 // assemble makes a map per LUN that two sessions carry (once).
 func (h *Host) assemble() {
 	for _, n := range h.LUNs {

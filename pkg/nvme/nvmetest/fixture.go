@@ -86,6 +86,7 @@ func (b *builder) subsystem(s Subsystem, multipath bool) {
 			head := "nvme" + strconv.Itoa(s.Instance) + "n" + strconv.Itoa(ns.Head)
 			b.link("block/"+head, "../"+dir+"/"+head)
 			b.disk(dir+"/"+head, s, ns, oldest)
+			b.file(dir+"/"+head+"/dev", 0o444, ns.dev(s.Instance, 0))
 		}
 	}
 	for _, c := range s.Controllers {
@@ -152,6 +153,9 @@ func (b *builder) controller(s Subsystem, c Controller, multipath bool) {
 			b.link("block/"+disk, "../"+dir+"/"+disk)
 		}
 		b.disk(dir+"/"+disk, s, ns, c.Age)
+		if !multipath {
+			b.file(dir+"/"+disk+"/dev", 0o444, ns.dev(s.Instance, c.Instance+1))
+		}
 		if ana := c.Legs[h]; ana != NoANA {
 			b.file(dir+"/"+disk+"/ana_grpid", 0o444, strconv.Itoa(c.ANAGroup))
 			b.file(dir+"/"+disk+"/ana_state", 0o444, ana)
@@ -199,4 +203,14 @@ func wwid(s Subsystem, ns Namespace) string {
 		return "eui." + string(hex)
 	}
 	return fmt.Sprintf("nvme.0000-%x-%x-%08x", s.Serial, s.Model, ns.NSID)
+}
+
+// dev is the device number of the namespace's head (ctrl 0) or of its disk
+// on controller ctrl-1 without multipath: Dev when set, else one derived
+// from the instances so that every device of a topology has its own.
+func (ns Namespace) dev(subsys, ctrl int) string {
+	if ns.Dev != "" && ctrl == 0 {
+		return ns.Dev
+	}
+	return fmt.Sprintf("259:%d", (subsys*64+ctrl)*256+ns.Head)
 }

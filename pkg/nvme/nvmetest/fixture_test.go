@@ -31,15 +31,15 @@ func TestFixture_MirrorsTheRealLayout(t *testing.T) {
 		{
 			Instance: 0, NQN: "nqn.2024-01.io.pathmend.lab:healthy-a", Model: "pathmend-lab", Serial: "955dc4bb586cbb07c4b4",
 			Namespaces: []nvmetest.Namespace{
-				{Head: 1, NSID: 1, UUID: "f68ad72e-c4c4-483b-8741-5e427c6750a2"},
-				{Head: 2, NSID: 2, UUID: "9c22a744-dc01-4342-82d2-c04fda5541eb"},
-				{Head: 3, NSID: 3, UUID: "8a3c9045-72ca-4db0-86db-7750e966cb7d"},
+				{Head: 1, NSID: 1, UUID: "f68ad72e-c4c4-483b-8741-5e427c6750a2", Dev: "259:1"},
+				{Head: 2, NSID: 2, UUID: "9c22a744-dc01-4342-82d2-c04fda5541eb", Dev: "259:3"},
+				{Head: 3, NSID: 3, UUID: "8a3c9045-72ca-4db0-86db-7750e966cb7d", Dev: "259:5"},
 			},
 			Controllers: []nvmetest.Controller{ctrl(0, "4420", legs("optimized", 1, 2, 3)), ctrl(1, "4421", legs("non-optimized", 1, 2, 3))},
 		},
 		{
 			Instance: 2, NQN: "nqn.2024-01.io.pathmend.lab:healthy-b", Model: "pathmend-lab",
-			Namespaces:  []nvmetest.Namespace{{Head: 1, NSID: 1, UUID: "83a5c102-32fb-4c95-819e-5d3d2e124ce9"}},
+			Namespaces:  []nvmetest.Namespace{{Head: 1, NSID: 1, UUID: "83a5c102-32fb-4c95-819e-5d3d2e124ce9", Dev: "259:10"}},
 			Controllers: []nvmetest.Controller{ctrl(2, "4420", legs("optimized", 1)), ctrl(3, "4421", legs("non-optimized", 1))},
 		},
 	}}

@@ -66,6 +66,24 @@ type Kernel struct {
 	noLeg   map[int]bool               // controller instance → never attaches legs
 	calls   []string
 	opts    []fabrics.Options
+
+	// Namespace heads the host has now, per NQN and nsid: a head is
+	// created when the host first sees the namespace and removed when it
+	// loses it (namespace disabled, or the subsystem's last controller
+	// gone), so a namespace that comes back is a new head with a new
+	// device number, as on Linux.
+	heads     map[string]map[uint32]fakeHead
+	lastHead  map[string]int
+	lastMinor int
+	// held lists the NQNs whose namespace-change events the host does not
+	// get; unseen holds namespaces enabled meanwhile, which the host finds
+	// only by a rescan (or a new connect, which scans).
+	held   map[string]bool
+	unseen map[string]map[uint32]bool
+}
+
+type fakeHead struct {
+	instance, minor int
 }
 
 type fakeCtrl struct {
@@ -82,7 +100,8 @@ type fakeCtrl struct {
 // NewKernel returns a fake kernel writing its tree below dir.
 func NewKernel(dir string, clk clock.WithDelayedExecution) *Kernel {
 	k := &Kernel{dir: dir, clk: clk, targets: map[string]*Target{}, subsys: map[string]int{},
-		down: map[string]bool{}, hidden: map[string]map[uint32]bool{}, noLeg: map[int]bool{}}
+		down: map[string]bool{}, hidden: map[string]map[uint32]bool{}, noLeg: map[int]bool{},
+		heads: map[string]map[uint32]fakeHead{}, lastHead: map[string]int{}, held: map[string]bool{}, unseen: map[string]map[uint32]bool{}}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.writeLocked()
@@ -135,9 +154,36 @@ func (k *Kernel) SetNamespaceEnabled(nqn string, nsid uint32, enabled bool) {
 	if k.hidden[nqn] == nil {
 		k.hidden[nqn] = map[uint32]bool{}
 	}
+	if enabled && k.hidden[nqn][nsid] && k.held[nqn] {
+		if k.unseen[nqn] == nil {
+			k.unseen[nqn] = map[uint32]bool{}
+		}
+		k.unseen[nqn][nsid] = true
+	}
 	k.hidden[nqn][nsid] = !enabled
 	k.writeLocked()
 }
+
+// HoldEvents makes the host miss the namespace-change events of target
+// nqn (held) or get them again: a namespace enabled while they are held
+// stays invisible until a controller of the subsystem rescans or a new
+// one connects. Releasing the hold does not deliver what was missed.
+func (k *Kernel) HoldEvents(nqn string, held bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.held[nqn] = held
+}
+
+// Head returns the head instance and device number ("259:3") the host
+// has for namespace nsid of nqn now; ok is false when it has none.
+func (k *Kernel) Head(nqn string, nsid uint32) (instance int, dev string, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, ok := k.heads[nqn][nsid]
+	return h.instance, devOf(h), ok
+}
+
+func devOf(h fakeHead) string { return "259:" + strconv.Itoa(h.minor) }
 
 // DropLegs makes controller instance never attach legs: a live controller
 // that contributes no path.
@@ -187,6 +233,7 @@ func (k *Kernel) Connect(_ context.Context, o fabrics.Options) (fabrics.Result, 
 	if _, ok := k.subsys[o.NQN]; !ok {
 		k.subsys[o.NQN] = len(k.subsys)
 	}
+	delete(k.unseen, o.NQN) // a new controller scans every namespace
 	if k.LegDelay > 0 {
 		k.clk.AfterFunc(k.LegDelay, k.Refresh)
 	}
@@ -231,11 +278,18 @@ func (k *Kernel) Reuse(n int) {
 	k.next = n
 }
 
-// Rescan records a rescan; the tree already shows every enabled namespace.
+// Rescan records a rescan: the subsystem's namespaces enabled while its
+// events were held become visible.
 func (k *Kernel) Rescan(ctrl string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.calls = append(k.calls, "rescan "+ctrl)
+	for _, c := range k.ctrls {
+		if "nvme"+strconv.Itoa(c.instance) == ctrl {
+			delete(k.unseen, c.nqn)
+		}
+	}
+	k.writeLocked()
 	return nil
 }
 
@@ -262,7 +316,7 @@ func (k *Kernel) topologyLocked() Topology {
 		var enabled []Namespace
 		if tgt != nil {
 			for _, ns := range tgt.Namespaces {
-				if !k.hidden[nqn][ns.NSID] {
+				if !k.hidden[nqn][ns.NSID] && !k.unseen[nqn][ns.NSID] {
 					enabled = append(enabled, ns)
 				}
 			}
@@ -292,11 +346,52 @@ func (k *Kernel) topologyLocked() Topology {
 		if anyLegs {
 			s.Namespaces = enabled
 		}
+		k.headsLocked(&s)
 		if len(s.Controllers) > 0 {
 			t.Subsystems = append(t.Subsystems, s)
 		}
 	}
 	return t
+}
+
+// headsLocked gives the namespaces the host sees in s their heads, making
+// a new one (next head instance, next device number) for a namespace it
+// did not have, and forgets the heads of namespaces it no longer sees.
+// Legs are keyed by the target's head number until here.
+func (k *Kernel) headsLocked(s *Subsystem) {
+	seen := map[uint32]bool{}
+	remap := map[int]int{}
+	for i, ns := range s.Namespaces {
+		seen[ns.NSID] = true
+		if k.heads[s.NQN] == nil {
+			k.heads[s.NQN] = map[uint32]fakeHead{}
+		}
+		h, ok := k.heads[s.NQN][ns.NSID]
+		if !ok {
+			h.instance = ns.Head
+			if last, used := k.lastHead[s.NQN]; used && ns.Head <= last {
+				h.instance = last + 1
+			}
+			k.lastMinor += 2
+			h.minor = k.lastMinor
+			k.heads[s.NQN][ns.NSID] = h
+		}
+		k.lastHead[s.NQN] = max(k.lastHead[s.NQN], h.instance)
+		remap[ns.Head] = h.instance
+		s.Namespaces[i].Head, s.Namespaces[i].Dev = h.instance, devOf(h)
+	}
+	for nsid := range k.heads[s.NQN] {
+		if !seen[nsid] {
+			delete(k.heads[s.NQN], nsid)
+		}
+	}
+	for i, c := range s.Controllers {
+		legs := make(map[int]string, len(c.Legs))
+		for h, ana := range c.Legs {
+			legs[remap[h]] = ana
+		}
+		s.Controllers[i].Legs = legs
+	}
 }
 
 // writeLocked writes a fresh generation of the tree and points root at it

@@ -51,6 +51,9 @@ type Namespace struct {
 	NGUID, UUID string
 	// Sectors is the size in 512-byte sectors (default 131072).
 	Sectors uint64
+	// Dev is the head's (or per-controller disk's) device number,
+	// "259:3"; by default derived from the subsystem and head instances.
+	Dev string
 }
 
 // Controller is one controller of the subsystem.

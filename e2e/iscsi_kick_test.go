@@ -1,0 +1,220 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+)
+
+// nvmeControllerTo returns the live controller of nqn whose address has
+// trsvcid port, "" when there is none.
+func nvmeControllerTo(t *testing.T, nqn, port string) string {
+	t.Helper()
+	fsys := sysfs.New("/sys")
+	for _, c := range controllersOf(t, nqn) {
+		addr, _ := fsys.ReadAttr("class/nvme/" + c + "/address")
+		state, _ := fsys.ReadAttr("class/nvme/" + c + "/state")
+		if strings.Contains(addr, "trsvcid="+port) && state == "live" {
+			return c
+		}
+	}
+	return ""
+}
+
+// logAt returns a klog line's time in the current year (klog prints none;
+// the log's clock is the guest's, as is time.Now).
+func logAt(l logLine) time.Time {
+	a := l.At
+	return time.Date(time.Now().Year(), a.Month(), a.Day(), a.Hour(), a.Minute(), a.Second(), a.Nanosecond(), time.Local)
+}
+
+// TestISCSI_AHangingKickDelaysNoNVMeHealAndItsLoginIsRetried (issue 14,
+// 4 and 5): the issue's setup on one served pathmend (--heal=repair,
+// 1 s ticks). An iSCSI volume has one LUN behind two portal groups of a
+// LIO target, one portal each; an NVMe/TCP volume has two ports. The
+// second portal group is disabled: LIO still accepts TCP there but
+// rejects logins, so the session is stuck and pathmend kicks it (logout,
+// login), and the login hangs until iscsiadm gives up. Two seconds into
+// the kick the NVMe volume's non-optimized controller is deleted:
+// asserted, pathmend reconnects it within a few ticks while the login
+// still hangs (it took 45.9 s when the kick ran inside the tick). Once the
+// login has failed the node record has no session, and iscsid retries
+// nothing: asserted, pathmend logs it in again by itself once the portal
+// group is enabled (an owed login, no threshold wait), and the verdict's
+// timeToLoggedIn counts from the start of that login's kick. Both volumes
+// end healthy and the iSCSI volume's pattern reads back.
+func TestISCSI_AHangingKickDelaysNoNVMeHealAndItsLoginIsRetried(t *testing.T) {
+	l := needLab(t)
+	l.teardownAll(t)
+	const (
+		iqn     = "iqn.2024-01.io.pathmend.lab:e2e-hanging-kick"
+		nqn     = "nqn.2024-01.io.pathmend.lab:e2e-hanging-kick"
+		portalA = "127.0.0.1:3260"
+		portalB = "127.0.0.2:3260"
+	)
+	l.sh(t, fmt.Sprintf(`
+iqn=%q
+lio_target_create "$iqn" 1
+lio_target_create "$iqn" 2
+dev=$(lab_loop_create e2e-hang 64)
+lio_backstore_iblock e2e-hang "$dev"
+lio_lun_add "$iqn" 1 0 e2e-hang
+lio_lun_add "$iqn" 2 0 e2e-hang
+lio_portal_add "$iqn" 1 127.0.0.1
+lio_portal_add "$iqn" 2 127.0.0.2
+lio_tpg_enable "$iqn" 1
+lio_tpg_enable "$iqn" 2
+iscsi_host_start
+multipathd_start
+`, iqn))
+	nvmeTwoPortTarget(t, l, nqn)
+	dir := t.TempDir()
+	proc := startPathmendIn(t, l, dir, "lab-node", "--heal=repair", "--monitor-interval=1s",
+		"--iscsi-stuck-threshold=5s", "--heal-cooldown=15s")
+	node := csi.NewNodeClient(proc.conn)
+	sys := sysfs.New("/sys")
+
+	// Stage both volumes; publish the iSCSI one and write its pattern.
+	type vol struct{ id, staging string }
+	var vols []vol
+	for _, v := range []struct {
+		id   string
+		vctx map[string]string
+	}{
+		{"vol-hang-iscsi", map[string]string{"transport": "iscsi", "iqn": iqn, "portals": portalA + "," + portalB, "lun": "0"}},
+		{"vol-hang-nvme", twoPathContext(nqn, 1)},
+	} {
+		staging := filepath.Join(dir, v.id)
+		if err := os.MkdirAll(staging, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		unmountOnCleanup(t, staging)
+		rpc(t, "NodeStageVolume "+v.id, func(ctx context.Context) error {
+			_, err := node.NodeStageVolume(ctx, stageReq(v.id, staging, v.vctx))
+			return err
+		})
+		vols = append(vols, vol{v.id, staging})
+	}
+	t.Cleanup(func() {
+		for _, v := range vols {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: v.id, StagingTargetPath: v.staging}); err != nil {
+				t.Errorf("NodeUnstageVolume %s: %v", v.id, err)
+			}
+			cancel()
+		}
+	})
+	pattern := bytes.Repeat([]byte("pathmend-hanging-kick-"), 8192)
+	if err := writeSync(filepath.Join(vols[0].staging, "pattern"), pattern); err != nil {
+		t.Fatal(err)
+	}
+	stuck, ok := sessionTo(t, sys, iqn, portalB)
+	if !ok || !stuck.State.LoggedIn() {
+		t.Fatalf("after NodeStage, session through %s: %+v (found %v)", portalB, stuck, ok)
+	}
+
+	// Portal group 2 off: TCP still accepted, logins rejected.
+	l.sh(t, fmt.Sprintf("lio_tpg_disable %q 2", iqn))
+	disabled := time.Now()
+	eventually(t, 60*time.Second, "pathmend's kick to log the stuck session out", func() bool {
+		_, found := sessionTo(t, sys, iqn, portalB)
+		return !found
+	})
+	loggedOut := time.Now()
+	t.Logf("stuck session %s logged out by pathmend %s after the portal group was disabled", stuck.ID, loggedOut.Sub(disabled).Round(100*time.Millisecond))
+
+	// Two seconds into the kick, delete the NVMe volume's second path.
+	time.Sleep(2 * time.Second)
+	ctrl := nvmeControllerTo(t, nqn, "4421")
+	if ctrl == "" {
+		t.Fatal("no live controller to port 4421 before the delete")
+	}
+	l.sh(t, "nvme_host_delete "+ctrl)
+	deleted := time.Now()
+	var back string
+	eventually(t, 30*time.Second, "pathmend to reconnect port 4421", func() bool {
+		back = nvmeControllerTo(t, nqn, "4421")
+		return back != ""
+	})
+	reconnected := time.Since(deleted)
+	_, sessionBack := sessionTo(t, sys, iqn, portalB)
+	t.Logf("measured: NVMe controller %s deleted %s into the kick, reconnected as %s %s later (iSCSI session through %s present: %t)",
+		ctrl, deleted.Sub(loggedOut).Round(100*time.Millisecond), back, reconnected.Round(10*time.Millisecond), portalB, sessionBack)
+	if reconnected > 5*time.Second {
+		t.Errorf("the NVMe path came back %s after its controller was deleted, want within a few 1 s ticks while the kick runs", reconnected)
+	}
+
+	// The kick's login fails; the verdict line comes when iscsiadm gives up.
+	var failed logLine
+	eventually(t, 150*time.Second, "the kick's failed verdict", func() bool {
+		for _, x := range withMsg(readLog(t, proc.logPath), "iSCSI session verdict") {
+			if x.KV["portal"] == portalB && x.KV["verdict"] == "failed" && x.KV["kick"] == string(iscsi.KickRelogin) {
+				failed = x
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("failed: %s", failed.Raw)
+	if at := logAt(failed); !at.After(deleted.Add(reconnected)) {
+		t.Errorf("the kick failed at %s, before the NVMe path was back (%s): the login did not hang over the reconnect, the test shows nothing", at.Format(time.TimeOnly), deleted.Add(reconnected).Format(time.TimeOnly))
+	} else {
+		t.Logf("measured: the kick's login ran %s after the logout; the NVMe path was back %s before it ended",
+			at.Sub(loggedOut).Round(100*time.Millisecond), at.Sub(deleted.Add(reconnected)).Round(100*time.Millisecond))
+	}
+	if !strings.Contains(failed.KV["reason"], "logs it in again") {
+		t.Errorf("the failed verdict does not say pathmend logs the session in again: %s", failed.KV["reason"])
+	}
+	if _, found := sessionTo(t, sys, iqn, portalB); found {
+		t.Fatalf("a session through %s after the failed login", portalB)
+	}
+
+	// Portal group 2 back: nothing but pathmend logs the node record in.
+	l.sh(t, fmt.Sprintf("lio_tpg_enable %q 2", iqn))
+	enabled := time.Now()
+	eventually(t, 60*time.Second, "pathmend to log the node record in again", func() bool {
+		s, found := sessionTo(t, sys, iqn, portalB)
+		return found && s.State.LoggedIn()
+	})
+	t.Logf("measured: session through %s LOGGED_IN %s after the portal group was enabled", portalB, time.Since(enabled).Round(100*time.Millisecond))
+	var repaired, kicked logLine
+	eventually(t, 15*time.Second, "the owed login's repaired verdict (klog flushes every 5 s)", func() bool {
+		lines := readLog(t, proc.logPath)
+		for _, x := range withMsg(lines, "iSCSI session verdict") {
+			if x.KV["portal"] == portalB && x.KV["verdict"] == "repaired" && x.KV["kick"] == string(iscsi.KickLogin) {
+				repaired = x
+			}
+		}
+		for _, x := range withMsg(lines, "Kicking iSCSI session") {
+			if x.KV["portal"] == portalB && x.KV["kick"] == string(iscsi.KickLogin) && !logAt(x).After(logAt(repaired)) {
+				kicked = x
+			}
+		}
+		return repaired.Raw != "" && kicked.Raw != ""
+	})
+	t.Logf("repaired: %s", repaired.Raw)
+	ttl, err := time.ParseDuration(repaired.KV["timeToLoggedIn"])
+	if span := logAt(repaired).Sub(logAt(kicked)); err != nil || ttl+1500*time.Millisecond < span {
+		t.Errorf("timeToLoggedIn %q; the kick began %s before the verdict: want it counted from the kick's start", repaired.KV["timeToLoggedIn"], span.Round(100*time.Millisecond))
+	}
+
+	eventually(t, 60*time.Second, "both volumes healthy", func() bool {
+		return len(volumeHealth(t, node, "vol-hang-iscsi")) == 0 && len(volumeHealth(t, node, "vol-hang-nvme")) == 0
+	})
+	l.sh(t, "sync; echo 3 >/proc/sys/vm/drop_caches")
+	if got, err := os.ReadFile(filepath.Join(vols[0].staging, "pattern")); err != nil || !bytes.Equal(got, pattern) {
+		t.Fatalf("pattern read back: %d of %d bytes, %v", len(got), len(pattern), err)
+	}
+}

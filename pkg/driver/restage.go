@@ -1,0 +1,68 @@
+package driver
+
+import (
+	"context"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// clearReplacedStaging is NodeStage's answer to a recorded volume whose
+// staged device the kernel replaced (see staged_device.go). NodeStage
+// must not answer AlreadyExists about the volume's own dead mount:
+//
+//   - when no publication holds the old mount, it unmounts the staging
+//     path (every layer), so that the stage goes on to attach and mount
+//     the volume's current device; the data on the volume is intact and
+//     the filesystem replays its journal at the mount;
+//   - when a publication still holds it, the pods using the volume hold
+//     the dead filesystem too: it answers FailedPrecondition, saying the
+//     pods must be restarted (their unpublish, then the unstage, let the
+//     next stage mount the new device).
+//
+// replaced is true when the volume's staged device was replaced and the
+// stage must attach and stage it again. A volume staged on its current
+// device, or whose devices cannot be told, is left to the usual in-place
+// check (replaced false).
+func (d *Driver) clearReplacedStaging(ctx context.Context, rec volume.Record, att Attacher) (replaced bool, err error) {
+	c, ok := d.replaced(ctx, rec, att)
+	if !ok {
+		return false, nil
+	}
+	var held []string
+	for _, p := range rec.Publications {
+		if mounted, _ := isMountPoint(d.deps.Mounter, p.TargetPath); mounted {
+			held = append(held, p.TargetPath)
+		}
+	}
+	if len(held) > 0 {
+		return true, failedPrecondition("volume %s cannot be staged again while it is published at %s: %s", rec.VolumeID, strings.Join(held, ", "), c.Message)
+	}
+	klog.InfoS("Restaging a volume whose staged device was replaced", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "reason", c.Message)
+	if rec.AccessType == volume.AccessMount {
+		return true, d.unmountAll(rec.StagingPath)
+	}
+	return true, nil
+}
+
+// sameDevice reports whether the mount at path is of device: by device
+// number when both are known — the mount's in the mount table, the
+// device node's — else by path with symlinks resolved. known is false
+// when path has no mount.
+func (d *Driver) sameDevice(path, device string) (same, known bool, err error) {
+	mounts, err := d.mounts()
+	if err != nil {
+		return false, false, err
+	}
+	rec := volume.Record{AccessType: volume.AccessMount, StagingPath: path}
+	staged, ok := stagedDevice(rec, mounts)
+	if !ok {
+		return false, false, nil
+	}
+	if n, ok := rdevOf(device); ok {
+		return n == staged.Device.Number, true, nil
+	}
+	return false, false, nil
+}

@@ -1,0 +1,120 @@
+package driver
+
+import (
+	"context"
+	"path/filepath"
+
+	mount "k8s.io/mount-utils"
+
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// The staged device of a volume is the block device its users hold: the
+// device of the filesystem mounted at the staging path, or the device node
+// bound at a block volume's publications. When every path of a volume is
+// lost for a while, Linux removes its block device (an NVMe head without
+// paths, an iSCSI disk whose session was logged out) and creates a new one
+// — a new name and a new number — when the paths return; the staging
+// mount stays on the removed device, and every read and write through it
+// fails. The transport's health of the paths looks fine again. These
+// functions tell the two apart by device number, never by name.
+
+// defaultMountInfo is the mount table the driver reads: this process's
+// mountinfo, which has each mount's device number.
+func defaultMountInfo() ([]mount.MountInfo, error) {
+	return mount.ParseMountInfo("/proc/self/mountinfo")
+}
+
+// mounts reads the mount table through the MountInfo seam.
+func (d *Driver) mounts() ([]volume.Mount, error) {
+	infos, err := d.deps.MountInfo()
+	if err != nil {
+		return nil, err
+	}
+	return MountsOf(infos), nil
+}
+
+// MountsOf turns the mount table as k8s mount-utils parses mountinfo into
+// volume.Mounts, keeping each mount's device number.
+func MountsOf(infos []mount.MountInfo) []volume.Mount {
+	out := make([]volume.Mount, 0, len(infos))
+	for _, mi := range infos {
+		out = append(out, volume.Mount{Path: mi.MountPoint, Source: mi.Source,
+			Number: volume.DeviceNumber{Major: uint32(mi.Major), Minor: uint32(mi.Minor)}})
+	}
+	return out
+}
+
+// rdevOf returns the device number of path when it is a block device
+// node.
+func rdevOf(path string) (volume.DeviceNumber, bool) { return volume.NodeNumber(path) }
+
+// stagedDevice finds the device the users of rec hold, in mounts.
+func stagedDevice(rec volume.Record, mounts []volume.Mount) (volume.StagedDevice, bool) {
+	// mountinfo lists resolved paths.
+	if p, err := filepath.EvalSymlinks(rec.StagingPath); err == nil {
+		rec.StagingPath = p
+	}
+	return volume.FindStagedDevice(rec, mounts, rdevOf)
+}
+
+// replacedCondition returns the condition of a staged volume whose staged
+// device is not one of the devices c (its transport's health, read now)
+// says the volume has; ok is false when it is one, or when either side is
+// unknown.
+func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c Condition) (Condition, bool) {
+	staged, ok := stagedDevice(rec, mounts)
+	if !ok {
+		return Condition{}, false
+	}
+	// sysfs lists every registered block device number under dev/block.
+	_, err := d.deps.SysFS.Stat("dev/block/" + staged.Device.Number.String())
+	return volume.Replaced(rec, staged, c.Devices, err != nil)
+}
+
+// replaced reads the mount table and the volume's health and returns the
+// condition of a volume whose staged device was replaced; ok is false
+// otherwise (also when the mount table cannot be read).
+func (d *Driver) replaced(ctx context.Context, rec volume.Record, att Attacher) (Condition, bool) {
+	mounts, err := d.mounts()
+	if err != nil {
+		return Condition{}, false
+	}
+	return d.replacedCondition(rec, mounts, att.Health(ctx, rec))
+}
+
+// StagedDevices returns the device the users of each staged volume in
+// recs hold, by volume ID, reading the mount table once (and the device
+// node of each block volume's publication); a volume whose staged device
+// is unknown is left out. The monitor compares them with the devices it
+// reads for the volumes every tick (pathmend_volume_staged_device_replaced).
+func (d *Driver) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
+	mounts, err := d.mounts()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]volume.StagedDevice, len(recs))
+	for _, rec := range recs {
+		if s, ok := stagedDevice(rec, mounts); ok {
+			out[rec.VolumeID] = s
+		}
+	}
+	return out, nil
+}
+
+// attachedNumber returns the device number of an attached device: the
+// transport's (read from sysfs) when the device node agrees, the node's
+// when the transport read none. A node of another number is stale (an
+// earlier device of the same name): an error.
+func attachedNumber(dev Device) (volume.DeviceNumber, error) {
+	n, ok := rdevOf(dev.Path)
+	switch {
+	case !ok:
+		return dev.Number, nil
+	case dev.Number.IsZero():
+		return n, nil
+	case n != dev.Number:
+		return volume.DeviceNumber{}, internal(nil, "device node %s is device %s, the kernel's device is %s", dev.Path, n, dev.Number)
+	}
+	return n, nil
+}

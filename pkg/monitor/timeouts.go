@@ -1,0 +1,157 @@
+package monitor
+
+import (
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// aligned is a controller instance whose timeouts were brought to want.
+type aligned struct {
+	created time.Time
+	want    nvme.Timeouts
+}
+
+// alignment is what the monitor remembers of the timeouts it aligned:
+// the controller instances and heads dealt with, and the controllers last
+// logged as shared by volumes whose timeouts differ, per subsystem. The
+// tick reads it to plan; jobs, one per target at a time, write it.
+type alignment struct {
+	aligned   map[nvme.ControllerName]aligned
+	heads     map[nvme.DeviceName]bool
+	conflicts map[string]string // subsystem NQN → controllers, joined
+}
+
+func newAlignment() alignment {
+	return alignment{aligned: map[nvme.ControllerName]aligned{}, heads: map[nvme.DeviceName]bool{}, conflicts: map[string]string{}}
+}
+
+// tuneTargets pairs each staged volume's expectation with its effective
+// timeouts (its context's, else pathmend's defaults; nvme.TimeoutsOf).
+func tuneTargets(exps []nvme.Expectation, recs map[string]volume.Record) []nvme.TuneTarget {
+	targets := make([]nvme.TuneTarget, 0, len(exps))
+	for _, e := range exps {
+		targets = append(targets, nvme.TuneTarget{Expectation: e, Timeouts: nvme.TimeoutsOf(recs[e.VolumeID].Context.NVMe)})
+	}
+	return targets
+}
+
+// planAlign marks, in repair mode, the subsystems of staged volumes with a
+// present controller not yet aligned with the timeouts its volumes want
+// (or aligned as another instance, or to other timeouts), or a head not
+// yet looked at: their job aligns them under the target's lease. It reads
+// only host (the tick's read, which does not carry the timeouts) and what
+// the monitor remembers; in a steady tick it marks nothing. It also
+// forgets the controllers and heads host no longer has.
+func (m *Monitor) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map[string]volume.Record, need map[volume.Target]bool) {
+	if m.deps.Policy.Mode() != heal.ModeRepair {
+		return
+	}
+	targets := tuneTargets(exps, recs)
+	want, _ := nvme.ControllerTimeouts(host, targets)
+	m.alignMu.Lock()
+	defer m.alignMu.Unlock()
+	for name, w := range want {
+		c, ok := host.Controller(name)
+		if !ok {
+			continue
+		}
+		if a, ok := m.align.aligned[name]; !ok || !a.created.Equal(c.CreatedAt) || a.want != w {
+			need[volume.Target{Transport: volume.TransportNVMeTCP, Name: c.SubsysNQN}] = true
+		}
+	}
+	for name := range m.align.aligned {
+		if _, ok := want[name]; !ok {
+			delete(m.align.aligned, name)
+		}
+	}
+	heads := map[nvme.DeviceName]bool{}
+	for _, t := range targets {
+		loc, err := nvme.Locate(host, t.Expectation)
+		if err != nil || loc.Namespace.Head == "" {
+			continue
+		}
+		heads[loc.Namespace.Head] = true
+		if !m.align.heads[loc.Namespace.Head] {
+			need[volume.Target{Transport: volume.TransportNVMeTCP, Name: t.Expectation.NQN}] = true
+		}
+	}
+	for h := range m.align.heads {
+		if !heads[h] {
+			delete(m.align.heads, h)
+		}
+	}
+}
+
+// alignTimeouts, in a job with the lease of subsystem nqn, brings every
+// present controller of its staged volumes (exps) to the volumes'
+// effective timeouts, and sets delayed_removal_secs of their heads where
+// the kernel offers it. Linux 6.1 lets all three timeouts change on a live
+// controller, so a controller connected before — by an older pathmend with
+// the kernel's defaults, or by hand — stops being one the kernel would
+// give up on. Repair mode only: it changes the kernel's settings. A
+// controller shared by volumes whose timeouts differ is left alone and
+// logged once.
+//
+// Each controller instance (name and creation time) is read and aligned
+// once, and again only when the timeouts its volumes want change; each
+// head is looked at once while it exists.
+func (m *Monitor) alignTimeouts(host *nvme.Host, nqn string, exps []nvme.Expectation, recs map[string]volume.Record) {
+	if m.deps.Policy.Mode() != heal.ModeRepair {
+		return
+	}
+	targets := tuneTargets(exps, recs)
+	want, conflicts := nvme.ControllerTimeouts(host, targets)
+	m.alignMu.Lock()
+	defer m.alignMu.Unlock()
+	for name, w := range want {
+		c, ok := host.Controller(name)
+		if !ok || c.SubsysNQN != nqn {
+			continue
+		}
+		if a, ok := m.align.aligned[name]; ok && a.created.Equal(c.CreatedAt) && a.want == w {
+			continue
+		}
+		tunes, err := nvme.TimeoutTunesOf(m.deps.SysFS, name, w)
+		if err != nil {
+			klog.V(2).InfoS("Could not read a controller's timeouts", "controller", name, "err", err)
+			continue
+		}
+		if m.apply(tunes) == len(tunes) {
+			m.align.aligned[name] = aligned{created: c.CreatedAt, want: w}
+		}
+	}
+	for _, t := range targets {
+		loc, err := nvme.Locate(host, t.Expectation)
+		if err != nil || loc.Namespace.Head == "" || m.align.heads[loc.Namespace.Head] {
+			continue
+		}
+		head := loc.Namespace.Head
+		m.align.heads[head] = true
+		if tu, ok := nvme.DelayedRemovalTune(m.deps.SysFS, head); ok {
+			if m.apply([]nvme.Tune{tu}) != 1 {
+				delete(m.align.heads, head)
+			}
+		}
+	}
+	if c := strings.Join(conflicts, ","); c != m.align.conflicts[nqn] {
+		if c != "" {
+			klog.InfoS("Controllers shared by volumes whose timeouts differ keep theirs", "nqn", nqn, "controllers", c)
+		}
+		m.align.conflicts[nqn] = c
+	}
+}
+
+// apply writes tunes, logs each one written and returns how many were.
+func (m *Monitor) apply(tunes []nvme.Tune) int {
+	done := nvme.ApplyTunes(m.deps.SysFS, tunes)
+	for _, t := range done {
+		klog.InfoS("Aligned a timeout with the staged volumes", "path", t.Path, "from", t.From, "to", t.To)
+	}
+	return len(done)
+}
