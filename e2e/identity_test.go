@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,7 @@ type pathmendProc struct {
 	conn    *grpc.ClientConn
 	logPath string
 	stop    func() // SIGINT, wait (at most 15 s); idempotent
+	kill    func() // SIGKILL, wait: pathmend crashed
 }
 
 // startPathmendIn runs `pathmend serve` with its socket and state dir in
@@ -103,15 +105,26 @@ func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *
 			t.Fatalf("pathmend exited early: %v\n%s", waitErr, b)
 		default:
 		}
-		fi, err := os.Stat(sock)
-		return err == nil && fi.Mode()&os.ModeSocket != 0
+		// Connect, not stat: a pathmend SIGKILLed before this one left
+		// its socket file behind, which refuses connections until the
+		// new process replaced it.
+		c, err := net.DialTimeout("unix", sock, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
 	})
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &pathmendProc{conn: conn, logPath: logPath, stop: stop}
+	kill := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	return &pathmendProc{conn: conn, logPath: logPath, stop: stop, kill: kill}
 }
 
 func TestIdentity_PathmendServesPluginInfoProbeAndNodeInfo(t *testing.T) {

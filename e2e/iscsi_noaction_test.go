@@ -39,6 +39,7 @@ type servedISCSIVolume struct {
 	target  string // the publication's mount point
 	pattern []byte
 	sys     sysfs.FS
+	fs      *fsWatch // the publication's filesystem, from before the fault
 
 	dir     string   // pathmend's socket, state dir and logs
 	base    []string // the serve flags of every start
@@ -114,6 +115,7 @@ func stageServedISCSIOn(t *testing.T, l lab, iqn, name string, portals []string,
 		t.Fatal(err)
 	}
 	l.sh(t, "sync")
+	v.fs = watchFS(t, target)
 	return v
 }
 
@@ -134,7 +136,9 @@ func (v *servedISCSIVolume) restart(t *testing.T, l lab, flags ...string) {
 	t.Cleanup(v.unstage) // runs before the new process stops
 }
 
-// readBack drops the page cache and reads the pattern from the disk.
+// readBack drops the page cache and reads the pattern from the disk,
+// and checks that the filesystem is still writable with its data and
+// the kernel logged no error about it since the volume was staged.
 func (v *servedISCSIVolume) readBack(t *testing.T, l lab) {
 	t.Helper()
 	l.sh(t, "sync; echo 3 >/proc/sys/vm/drop_caches")
@@ -142,6 +146,7 @@ func (v *servedISCSIVolume) readBack(t *testing.T, l lab) {
 	if err != nil || !bytes.Equal(got, v.pattern) {
 		t.Fatalf("pattern read back: %d of %d bytes, equal %v, %v", len(got), len(v.pattern), bytes.Equal(got, v.pattern), err)
 	}
+	v.fs.assertIntact(t, l)
 }
 
 // session returns the session through portal, failing if there is none.

@@ -188,6 +188,7 @@ func TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(staging, "pattern"), pattern, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	fs := watchFS(t, staging)
 	fsys := sysfs.New("/sys")
 	port2 := func() string {
 		for _, c := range controllersOf(t, nqn) {
@@ -239,6 +240,7 @@ func TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn(t *testing.T) {
 	if err != nil || !bytes.Equal(got, pattern) {
 		t.Fatalf("pattern after the fault: %d bytes, %v", len(got), err)
 	}
+	fs.assertIntact(t, l)
 	rpc(t, "NodeUnstageVolume", func(ctx context.Context) error {
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-mon", StagingTargetPath: staging})
 		return err

@@ -441,6 +441,7 @@ nqnproxy_start 127.0.0.3:4420 127.0.0.1:4420 %[1]q %[2]q
 	if err := exec.Command("sync").Run(); err != nil {
 		t.Fatal(err)
 	}
+	fs := watchFS(t, staging)
 	hs := volumeHealth(t, node, "vol-nc")
 	if len(hs) != 1 || hs[0].GetStatus() != csi.VolumeHealthErrorType_DEGRADED || !strings.Contains(hs[0].GetMessage(), "contributes no path") {
 		t.Fatalf("health after stage = %v, want DEGRADED naming 'contributes no path'", hs)
@@ -574,6 +575,7 @@ nvmet_ns_enable %[2]q 1`, nqn, alias))
 		t.Fatalf("pattern after the repair and the fix: %d bytes, %v", len(got), err)
 	}
 	t.Logf("pattern (%d bytes) read back identical with iopolicy round-robin over %v", len(got), legs)
+	fs.assertIntact(t, l)
 	rpc(t, "NodeUnstageVolume", func(ctx context.Context) error {
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-nc", StagingTargetPath: staging})
 		return err

@@ -39,7 +39,7 @@ type exitCode struct {
 
 // commands is the subcommand table, in the order the usage lists it.
 func commands() []*command {
-	return []*command{serveCommand(), diagnoseCommand(), versionCommand()}
+	return []*command{serveCommand(), companionCommand(), diagnoseCommand(), versionCommand()}
 }
 
 const topUsage = `pathmend is a Kubernetes CSI node plugin for NVMe-oF/TCP and iSCSI block

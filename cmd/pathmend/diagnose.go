@@ -80,7 +80,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	plan := fl.Bool("plan", false, "also show what the heal policy would do right now (a dry run: no action, ever)")
 	grace := fl.Duration("heal-grace", heal.DefaultGrace, "with --plan: the connect grace the policy applies")
 	maxScope := fl.String("heal-max-scope", "subsystem", "with --plan: the widest teardown allowed (controller or subsystem)")
-	iscsiScope := fl.String("heal-iscsi-scope", string(iscsi.HealStaged), "with --plan: iSCSI sessions the heal may kick (staged or all)")
+	iscsiScope := fl.String("heal-iscsi-scope", string(iscsi.HealStaged), "with --plan: iSCSI sessions the heal may kick (staged, all, or foreign as companion mode does)")
 	iscsiThreshold := fl.Duration("iscsi-stuck-threshold", iscsi.DefaultThreshold, "with --plan: how long a session must be down, its portal reachable, before the heal kicks it")
 	if code, done := c.parse(fl, args, stdout, stderr); done {
 		if code != 0 {
@@ -109,6 +109,11 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 		return diagnoseError
 	}
 	records := listing.Records
+	learned, err := readLearned(*stateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "pathmend diagnose: learned subsystems: %v\n", err)
+		return diagnoseError
+	}
 	// iSCSI records yield no expectation; their paths are not NVMe's.
 	var want []nvme.Expectation
 	for _, r := range records {
@@ -137,9 +142,10 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 		rep.Defects = append(rep.Defects, staged...)
 	}
 	rep.Healthy = len(rep.Defects) == 0 && len(rep.Unreadable) == 0
+	rep.addLearned(learned)
 	if *plan {
-		if s := iscsi.HealScope(*iscsiScope); s != iscsi.HealStaged && s != iscsi.HealAll {
-			fmt.Fprintf(stderr, "pathmend diagnose: --heal-iscsi-scope %q: want staged or all\n", s)
+		if s := iscsi.HealScope(*iscsiScope); s != iscsi.HealStaged && s != iscsi.HealAll && s != iscsi.HealForeign {
+			fmt.Fprintf(stderr, "pathmend diagnose: --heal-iscsi-scope %q: want staged, all or foreign\n", s)
 			return diagnoseError
 		}
 		if *iscsiThreshold <= 0 {
@@ -156,7 +162,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 			fmt.Fprintf(stderr, "pathmend diagnose: %v\n", err)
 			return diagnoseError
 		}
-		rep.Plan = append(append(planOf(p.Plan(nvmeDefects)), isd.plan...), stagedPlan...)
+		rep.Plan = append(append(companionPlan(h, nvmeDefects, learned, listing, p), isd.plan...), stagedPlan...)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -254,6 +260,11 @@ type report struct {
 	// omitzero drops nil, not empty): the verdict on each defect right
 	// now, as a dry run.
 	Plan []planRep `json:"plan,omitzero"`
+	// Learned are the NVMe endpoints companion mode learned (absent when
+	// it learned none); UnreadableLearned its files that cannot be read
+	// (the node is then not healthy).
+	Learned           []learnedRep    `json:"learned,omitempty"`
+	UnreadableLearned []unreadableRep `json:"unreadableLearned,omitempty"`
 }
 
 // planRep is the dry-run verdict on one defect.
@@ -467,6 +478,7 @@ func (r *report) writeTable(out io.Writer) error {
 		writeRows(w, rows)
 		fmt.Fprintln(w)
 	}
+	r.writeLearned(w)
 	r.ISCSI.writeTable(w)
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "skipped %s: %s\n", s.Path, s.Reason)

@@ -186,7 +186,12 @@ func planSessionDown(snap *iscsi.Snapshot, s iscsi.Session, recs []volume.Record
 	for _, r := range recs {
 		staged = staged || r.Context.ISCSI.IQN == s.TargetName
 	}
-	if !staged && cfg.Scope != iscsi.HealAll {
+	if staged && cfg.Scope == iscsi.HealForeign {
+		p.Verdict = heal.Refused
+		p.Reason = fmt.Sprintf("owned by the node plugin: a staged volume uses target %s (heal scope %s)", s.TargetName, cfg.Scope)
+		return p
+	}
+	if !cfg.Scope.InScope(boolInt(staged)) {
 		p.Verdict = heal.Refused
 		p.Reason = fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", s.TargetName, cfg.Scope)
 		return p
@@ -197,4 +202,11 @@ func planSessionDown(snap *iscsi.Snapshot, s iscsi.Session, recs []volume.Record
 	p.Reason = fmt.Sprintf("would choose %s once down ≥ %s with the portal continuously reachable for %s, refused while it is unreachable; "+
 		"diagnose does not probe the network, and time in state is measured by the running plugin; %s", kick, th, th, why)
 	return p
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -4,6 +4,7 @@
 // Usage:
 //
 //	pathmend [serve] [flags]   serve the CSI Identity and Node services (default)
+//	pathmend companion [flags] heal the paths of volumes another CSI driver attached
 //	pathmend diagnose [flags]  report the node's paths and defects, read-only
 //	pathmend version           print the version
 //	pathmend help [COMMAND]    print the usage, or a command's help
@@ -61,6 +62,7 @@ nothing). SIGTERM or SIGINT stops it after in-flight RPCs finish (at most
 			{"CSI flags", []string{"endpoint", "node-id", "driver-name", "max-volumes-per-node", "topology-key", "topology-value", "default-fs-type", "shutdown-timeout"}},
 			{"Node state flags", []string{"sys-root", "dev-root", "state-dir", "kubelet-root", "intent-timeout", "hostnqn-file", "hostid-file"}},
 			{"Healing flags", []string{"heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout", "reconnect-backoff-max", "attach-timeout"}},
+			{"Companion flags", []string{"heal-foreign", "nvme-reconnect", "nvme-repairs", "forget-after"}},
 			{"iSCSI flags", []string{"heal-iscsi-scope", "iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "no-multipathd"}},
 			{"Metrics flags", []string{"metrics-address"}},
 			{"Logging flags", []string{"logging-format", "v", "vmodule"}},
@@ -86,34 +88,14 @@ func runServe(c *command, args []string, stdout, stderr io.Writer) int {
 	fs := c.newFlagSet()
 	cfg := defaultServeConfig()
 	cfg.bindFlags(fs)
-	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(kfs)
-	kfs.VisitAll(func(f *flag.Flag) {
-		usage, kept := klogKeptFlags[f.Name]
-		if !kept {
-			usage = f.Usage
-		}
-		fs.Var(f.Value, f.Name, usage)
-		if !kept {
-			hide(fs, f.Name)
-		}
-	})
-	logFormat := fs.String("logging-format", "text", "log format: text (klog's) or json (the Kubernetes JSON schema, one object per line: ts, caller, msg, v, key/values, err)")
-	fs.StringVar(logFormat, "log-format", "text", "deprecated: use --logging-format")
-	hide(fs, "log-format")
+	logFormat := bindLogFlags(fs)
 	if code, done := c.parse(fs, args, stdout, stderr); done {
 		return code
 	}
-	if err := setLogFormat(*logFormat, stderr); err != nil {
-		fmt.Fprintln(stderr, "pathmend serve:", err)
-		return 2
+	if code, done := startLogging(c, fs, *logFormat, stderr); done {
+		return code
 	}
 	defer klog.Flush()
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "log-format" {
-			klog.InfoS("Flag --log-format is deprecated and will be removed in a later release; use --logging-format")
-		}
-	})
 	id, err := resolveNodeID(cfg.nodeID, os.Hostname)
 	if err != nil {
 		klog.ErrorS(err, "pathmend serve failed")
@@ -128,6 +110,42 @@ func runServe(c *command, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// bindLogFlags adds klog's flags (the ones not in klogKeptFlags hidden)
+// and --logging-format to fs.
+func bindLogFlags(fs *flag.FlagSet) (logFormat *string) {
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	kfs.VisitAll(func(f *flag.Flag) {
+		usage, kept := klogKeptFlags[f.Name]
+		if !kept {
+			usage = f.Usage
+		}
+		fs.Var(f.Value, f.Name, usage)
+		if !kept {
+			hide(fs, f.Name)
+		}
+	})
+	logFormat = fs.String("logging-format", "text", "log format: text (klog's) or json (the Kubernetes JSON schema, one object per line: ts, caller, msg, v, key/values, err)")
+	fs.StringVar(logFormat, "log-format", "text", "deprecated: use --logging-format")
+	hide(fs, "log-format")
+	return logFormat
+}
+
+// startLogging applies --logging-format after the flags were parsed;
+// done is set (with the exit status) when the format is invalid.
+func startLogging(c *command, fs *flag.FlagSet, format string, stderr io.Writer) (code int, done bool) {
+	if err := setLogFormat(format, stderr); err != nil {
+		fmt.Fprintf(stderr, "pathmend %s: %v\n", c.name, err)
+		return 2, true
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "log-format" {
+			klog.InfoS("Flag --log-format is deprecated and will be removed in a later release; use --logging-format")
+		}
+	})
+	return 0, false
 }
 
 // resolveNodeID is --node-id, or the host name of the node pathmend runs

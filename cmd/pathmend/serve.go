@@ -61,6 +61,9 @@ type serveConfig struct {
 	noMultipathd          bool
 
 	intentTimeout time.Duration
+
+	healForeign bool
+	foreign     companionFlags
 }
 
 func defaultServeConfig() serveConfig {
@@ -90,6 +93,7 @@ func defaultServeConfig() serveConfig {
 		iscsidRestartCooldown: iscsi.DefaultRestartCooldown,
 
 		intentTimeout: intent.DefaultTimeout,
+		foreign:       defaultCompanionFlags(),
 	}
 }
 
@@ -123,6 +127,8 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.iscsiStuckThreshold, "iscsi-stuck-threshold", c.iscsiStuckThreshold, "how long a session must be down with its portal continuously reachable before it is kicked")
 	fs.DurationVar(&c.iscsidRestartCooldown, "iscsid-restart-cooldown", c.iscsidRestartCooldown, "at most one iscsid restart per node in this window (remembered in the state dir across restarts of pathmend)")
 	fs.BoolVar(&c.noMultipathd, "no-multipathd", c.noMultipathd, "the node runs no multipathd: iSCSI attach uses one disk without waiting for a map")
+	fs.BoolVar(&c.healForeign, "heal-foreign", c.healForeign, "also heal the NVMe/TCP subsystems other drivers connected (companion mode's NVMe pass: learn, reconnect what the kernel gave up with --nvme-reconnect, repair with --nvme-repairs); iSCSI sessions of other drivers are --heal-iscsi-scope=all")
+	c.foreign.bindNVMe(fs)
 	fs.DurationVar(&c.intentTimeout, "intent-timeout", c.intentTimeout, "an attaching volume with no RPC in flight for this long, whose device nothing uses, is rolled back (detached, its record removed)")
 }
 
@@ -156,6 +162,9 @@ func (c serveConfig) validate() error {
 	}
 	if c.iscsiStuckThreshold <= 0 {
 		errs = append(errs, errors.New("--iscsi-stuck-threshold must be positive"))
+	}
+	if c.healForeign {
+		errs = append(errs, c.foreign.validate())
 	}
 	for flagName, dir := range map[string]string{"--sys-root": c.sysRoot, "--dev-root": c.devRoot, "--state-dir": c.stateDir} {
 		if dir == "" {
@@ -247,10 +256,18 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	staged := &driverStaged{}
 	sessions := newSessionHeal(healer, sys, m, clk)
+	var pass monitor.SessionHealer = sessions
+	if c.healForeign {
+		nv, err := newCompanionNVMe(c, c.foreign, sys, owner, policy, connector, m, clk, false)
+		if err != nil {
+			return err
+		}
+		pass = passes{nv, sessions}
+	}
 	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout, BackoffMax: c.backoffMax}, monitor.Deps{
 		SysFS: sys, Intents: owner, Reconciler: reconciler, Policy: policy, Connector: connector, Host: host,
 		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m, Clock: clk,
-		Sessions: sessions,
+		Sessions: pass,
 		Staged:   staged,
 	})
 	if err != nil {

@@ -171,6 +171,7 @@ func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge t
 		return nil, nil, err
 	}
 	identity := csi.NewIdentityClient(conn)
+	ticked := tickCheck(mon, mode, maxAge)
 	check := func(ctx context.Context) error {
 		resp, err := identity.Probe(ctx, &csi.ProbeRequest{})
 		if err != nil {
@@ -179,17 +180,7 @@ func healthCheck(endpoint string, mon *monitor.Monitor, mode heal.Mode, maxAge t
 		if !resp.GetReady().GetValue() {
 			return errors.New("CSI server is not ready")
 		}
-		if mode == heal.ModeOff {
-			return nil
-		}
-		last := mon.LastTick()
-		if last.IsZero() {
-			return errors.New("monitor has not finished a tick yet")
-		}
-		if age := time.Since(last); age > maxAge {
-			return fmt.Errorf("last monitor tick ended %s ago", age.Round(time.Second))
-		}
-		return nil
+		return ticked(ctx)
 	}
 	return check, func() { conn.Close() }, nil
 }

@@ -5,14 +5,19 @@
 LAB_RUN  := hack/lab/run.sh
 E2E_RUN  ?= .
 FIXTURES ?=
+SOAK_MINUTES ?= 5
+SOAK_SEED    ?=
 
-.PHONY: lab e2e fixtures lab-image lab-shell lab-timings
+.PHONY: lab e2e fixtures lab-image lab-shell lab-timings soak
 
 lab: ## boot the lab guest, build real NVMe/iSCSI targets, show the topology and talk CSI to pathmend
 	$(LAB_RUN) lab
 
 e2e: ## run the e2e suite in the lab guest (one test: make e2e E2E_RUN=TestName)
 	$(LAB_RUN) e2e '$(E2E_RUN)'
+
+soak: ## fault soak with verified I/O in the lab guest (SOAK_MINUTES=5 of faults; SOAK_SEED=N replays a run)
+	$(LAB_RUN) soak '$(SOAK_MINUTES)' '$(SOAK_SEED)'
 
 fixtures: ## recapture every sysfs fixture in testdata/fixtures from the lab (some: FIXTURES="nvme-healthy ...")
 	$(LAB_RUN) fixtures $(FIXTURES)

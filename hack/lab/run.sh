@@ -5,6 +5,7 @@
 #   run.sh lab                    walk-through on real targets (make lab)
 #   run.sh e2e [RUN_REGEXP]       run the e2e suite in the guest (make e2e)
 #   run.sh fixtures [NAME...]     capture fixtures into testdata/fixtures (make fixtures)
+#   run.sh soak MINUTES [SEED]    the fault soak with verified I/O (make soak)
 #   run.sh shell                  interactive guest shell (make lab-shell)
 #
 # Each command builds the Go binaries it needs (static, CGO_ENABLED=0),
@@ -168,6 +169,49 @@ cmd_e2e() {
 	return "$rc"
 }
 
+cmd_soak() {
+	local minutes=${1:-5} seed=${2:-} share img rc=0 out
+	image_build
+	img=$IMG
+	share=$(share_dir soak)
+	build_tools "$share" pathmend
+	go_build "$share/bin/soak" ./hack/lab/soak
+	printf 'exec bash /lab/guest/soak.sh %q %q\n' "$minutes" "$seed" >"$share/job.sh"
+	# Faults start during MINUTES; setup, the last holds, settling and the
+	# checks take up to about 15 min more.
+	boot --timeout "${LAB_BOOT_TIMEOUT:-$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 1200 }')}" --mem "${LAB_MEM:-3072}" --image "$img" "$share" || rc=$?
+	out=$share/out/soak
+	if [ -s "$out/report.json" ]; then
+		lab_step "soak report: $out/report.txt (JSON: report.json, every event: timeline.txt, pathmend's log: pathmend.log)"
+	else
+		lab_step "soak: no report came back (guest exit $rc); guest log: $share/out/job.log"
+		[ "$rc" -eq 0 ] && rc=1
+	fi
+	record soak "SOAK_MINUTES=$minutes" "$([ "$rc" -eq 0 ] && echo pass || echo fail)" \
+		"$(soak_faults "$out/report.json")" "$(soak_latencies "$out/report.json")"
+	return "$rc"
+}
+
+# soak_faults REPORT prints the faults done/skipped/failed of a soak report.
+soak_faults() {
+	[ -s "$1" ] || { echo -; return; }
+	awk '/"result": "done"/ { d++ } /"result": "skipped"/ { s++ } /"result": "failed"/ { f++ } END { printf "%d/%d/%d", d, s, f }' "$1"
+}
+
+# soak_latencies REPORT prints each fault kind's longest heal latency
+# ("nvme-port-unlink=12.3,…"), as slowest_tests does for tests; a kind
+# none of whose faults healed has no latency (the report counts them).
+soak_latencies() {
+	[ -s "$1" ] || return 0
+	awk '
+		/"healLatency": \{/ { in_l = 1; next }
+		in_l && /^  \}/ { in_l = 0 }
+		in_l && /^    "[^"]+": \{/ { k = $1; gsub(/[":]/, "", k); healed = 0 }
+		in_l && /"n":/ { healed = ($2 + 0 > 0) }
+		in_l && healed && /"maxSeconds":/ { v = $2; gsub(/,/, "", v); printf "%s%s=%.1f", (n++ ? "," : ""), k, v }
+	' "$1"
+}
+
 # slowest_tests LOG prints every top-level test of LOG with its seconds,
 # slowest first: "TestA=231.4,TestB=12.0".
 slowest_tests() {
@@ -247,7 +291,8 @@ main() {
 	e2e) cmd_e2e "$@" ;;
 	fixtures) cmd_fixtures "$@" ;;
 	shell) cmd_shell "$@" ;;
-	*) lab_die "usage: run.sh image|lab|e2e [RUN]|fixtures [NAME...]|shell" ;;
+	soak) cmd_soak "$@" ;;
+	*) lab_die "usage: run.sh image|lab|e2e [RUN]|fixtures [NAME...]|shell|soak MINUTES [SEED]" ;;
 	esac
 }
 

@@ -82,6 +82,17 @@ const (
 	ClassNotWanted Class = "not_wanted"
 )
 
+// Companion mode's own classes (pkg/companion), shared by its NVMe and
+// iSCSI heals.
+const (
+	// ClassActionDisabled: observed, the repair or kick would run but its
+	// action kind is not enabled (companion mode's per-action flags).
+	ClassActionDisabled Class = "action_disabled"
+	// ClassOwnedByNodePlugin: refused, a staged-volume record of the node
+	// plugin names the target: its kernel objects are the plugin's.
+	ClassOwnedByNodePlugin Class = "owned_by_node_plugin"
+)
+
 // classes is every Class with its meaning in one line (the order the docs
 // list them in).
 var classes = []struct {
@@ -110,6 +121,8 @@ var classes = []struct {
 	{ClassKickFailed, "failed: the login, logout or iscsid restart command failed"},
 	{ClassTargetBusy, "deferred: an attach, a detach or another job holds the target; decided again next tick"},
 	{ClassNotWanted, "refused: no staged volume wants the session any more (detaching or unstaged)"},
+	{ClassActionDisabled, "observed: companion mode; the action would run but its kind is not enabled"},
+	{ClassOwnedByNodePlugin, "refused: companion mode; a staged-volume record names the target, which is the node plugin's"},
 }
 
 // Classes returns every Class, in documentation order.

@@ -58,7 +58,24 @@ const (
 	// not stage count as in use (it cannot see who mounts them), so their
 	// last paths get an iscsid restart, never a logout.
 	HealAll HealScope = "all"
+	// HealForeign kicks only sessions of targets no staged-volume record
+	// names, in any state: companion mode beside a node plugin, which
+	// owns its own targets' sessions. Like all, their LUNs count as in
+	// use, and an absent portal of a staged volume is not its to log in.
+	HealForeign HealScope = "foreign"
 )
+
+// InScope reports whether scope lets the heal kick a session of a
+// target that volumes (the records naming it, in any state) use.
+func (s HealScope) InScope(volumes int) bool {
+	switch s {
+	case HealAll:
+		return true
+	case HealForeign:
+		return volumes == 0
+	}
+	return volumes > 0
+}
 
 // SessionAbsent is the State reported for a portal of a staged volume that
 // has no session at all. It is not a kernel state.
@@ -103,8 +120,13 @@ type HealerConfig struct {
 	// Mode is repair, observe or off (heal.ParseMode of --heal); with a
 	// Policy it must be empty or the Policy's.
 	Mode heal.Mode
-	// Scope is staged (default) or all.
+	// Scope is staged (default), all or foreign.
 	Scope HealScope
+	// Disabled lists kick kinds the heal decides on but never runs, each
+	// with the flag that would enable it: companion mode's per-action
+	// flags. A disabled kick's verdict is observed (class
+	// action_disabled).
+	Disabled map[Kick]string
 	// Threshold, ReloginCooldown, RestartCooldown and VerifyWindow: zero
 	// means the Default of the same name. Threshold is both how long a
 	// session must be down and how long its portal must have been
@@ -257,9 +279,9 @@ func NewSessionHealer(cfg HealerConfig) (*SessionHealer, error) {
 	switch cfg.Scope {
 	case "":
 		cfg.Scope = HealStaged
-	case HealStaged, HealAll:
+	case HealStaged, HealAll, HealForeign:
 	default:
-		return nil, fmt.Errorf("invalid heal scope %q: want staged or all", cfg.Scope)
+		return nil, fmt.Errorf("invalid heal scope %q: want staged, all or foreign", cfg.Scope)
 	}
 	if cfg.Kicker == nil || cfg.Prober == nil {
 		return nil, errors.New("session healer: kicker and prober are required")

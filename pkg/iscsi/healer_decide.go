@@ -68,6 +68,10 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 		r.Reason = fmt.Sprintf("awaiting LOGGED_IN after %s %s ago", r.Kick, heal.RoundDuration(h.cfg.Now().Sub(p.at)))
 		return
 	}
+	if !r.InScope && h.cfg.Scope == HealForeign {
+		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassOwnedByNodePlugin, fmt.Sprintf("owned by the node plugin: staged volume(s) %s use target %s", strings.Join(r.Volumes, ","), r.Node.Target)
+		return
+	}
 	if !r.InScope {
 		r.Verdict, r.Class, r.Reason = heal.Refused, heal.ClassOutOfScope, fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", r.Node.Target, h.cfg.Scope)
 		return
@@ -125,6 +129,10 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 		r.Verdict, r.Class, r.Reason = heal.Observed, heal.ClassObserveMode, "observe mode: would "+string(r.Kick)+"; "+why
 		return
 	}
+	if flag, off := h.cfg.Disabled[r.Kick]; off {
+		r.Verdict, r.Class, r.Reason = heal.Observed, heal.ClassActionDisabled, "would "+string(r.Kick)+" but it is not enabled ("+flag+"); "+why
+		return
+	}
 	r.Verdict, r.Reason = heal.Repaired, why
 }
 
@@ -149,7 +157,7 @@ func (h *SessionHealer) kick(ctx context.Context, r *Report) {
 	kr := *r
 	started, busy := h.cfg.Targets.Go(ctx, t, "iSCSI session heal", func(ctx context.Context, lease *intent.Lease) {
 		res := kickResult{key: kr.Node.key(), node: kr.Node}
-		if why := stillWanted(ctx, h.cfg.Resolver, lease, kr); why != "" {
+		if why := stillWanted(ctx, h.cfg.Resolver, h.cfg.Scope, lease, kr); why != "" {
 			res.skipped = why
 		} else {
 			res.loggedOut, res.err = h.runKick(ctx, kr)
@@ -241,10 +249,16 @@ type kickResult struct {
 // scope all, while the target has no record at all); a login pathmend
 // owes (it logged the session out) of a target with no record at all is
 // wanted too. It returns why the kick is no longer wanted, "" when it is.
-func stillWanted(ctx context.Context, res Resolver, lease *intent.Lease, r Report) string {
+func stillWanted(ctx context.Context, res Resolver, scope HealScope, lease *intent.Lease, r Report) string {
 	ls, err := lease.Listing()
 	if err != nil {
 		return "cannot read the target's records: " + err.Error()
+	}
+	if scope == HealForeign {
+		if len(ls.Records) > 0 || len(ls.Unreadable) > 0 {
+			return "a staged-volume record of the node plugin names " + r.Node.Target + " now: its sessions are the plugin's"
+		}
+		return ""
 	}
 	if (r.State != SessionAbsent || r.Owed) && len(ls.Records) == 0 && len(r.Volumes) == 0 {
 		return "" // a session of a target pathmend did not stage (scope all), or owed

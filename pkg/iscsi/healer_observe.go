@@ -19,7 +19,7 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 	for _, s := range snap.Sessions {
 		r := &Report{Session: s.ID, State: s.State, Node: s.Node()}
 		r.Volumes = volumesOf(recs, s.TargetName)
-		r.InScope = len(r.Volumes) > 0 || h.cfg.Scope == HealAll
+		r.InScope = h.cfg.Scope.InScope(len(r.Volumes))
 		key := sessionKey(s.ID)
 		r.DownFor = h.down.Observe(key, !s.State.LoggedIn())
 		r.TimeInState = h.inState.Observe(key+"/"+string(s.State), true)
@@ -43,7 +43,7 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 			if absent[n.key()] != nil {
 				continue
 			}
-			r := &Report{Node: n, State: SessionAbsent, InScope: true, Volumes: volumesOf(staged, v.IQN)}
+			r := &Report{Node: n, State: SessionAbsent, InScope: h.cfg.Scope != HealForeign, Volumes: volumesOf(staged, v.IQN)}
 			h.observeAbsent(r)
 			absent[n.key()] = r
 			reports = append(reports, r)

@@ -56,11 +56,15 @@ func (p *pass) session(name string) (s Session, gone bool, err error) {
 	return s, false, nil
 }
 
+// loginPending is what the kernel shows for a session's targetname before
+// iscsid set it: a session whose first login is under way.
+const loginPending = "(null)"
+
 // sessionAttrs reads the session's attributes. The class link target and
-// targetname, tpgt and ifacename are read once per session: iscsid sets
-// them at every login from the session's node record (found by exactly
-// target, portal and iface when iscsid adopts a session after a restart)
-// and refuses a login whose TPGT differs from the session's.
+// targetname, tpgt and ifacename are read once per session, once set:
+// iscsid sets them at every login from the session's node record (found
+// by exactly target, portal and iface when iscsid adopts a session after
+// a restart) and refuses a login whose TPGT differs from the session's.
 func (p *pass) sessionAttrs(d sysfs.Dir, m *sessionMemo, s *Session) error {
 	if !m.static {
 		target, err := p.sys.ReadLink(m.rel)
@@ -84,7 +88,11 @@ func (p *pass) sessionAttrs(d sysfs.Dir, m *sessionMemo, s *Session) error {
 		if err := optionalName(d, "ifacename", &m.ifaceName); err != nil {
 			return err
 		}
-		m.static = true
+		// While a session's first login is under way the kernel shows
+		// "(null)" for targetname (and for ifacename, 0 for tpgt): iscsid
+		// sets them when the login is done. Until then they are read
+		// again every pass.
+		m.static = m.targetName != loginPending
 	}
 	s.Host, s.TargetName, s.TPGT, s.IfaceName = m.host, m.targetName, m.tpgt, m.ifaceName
 	if err := text(d, "state", &m.state); err != nil {

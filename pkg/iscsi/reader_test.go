@@ -118,3 +118,48 @@ func TestReader_ReplaysTheLabCaptures(t *testing.T) {
 			return func() (*Snapshot, error) { return Read(fsys, t0) }
 		})
 }
+
+// A session whose login is still under way shows "(null)" for its
+// targetname and ifacename and 0 for its tpgt: iscsid sets them once the
+// login is done. A Reader that first saw the session then must read them
+// again, not keep "(null)" for the session's life. (Found by the soak: a
+// relogin that hung on a disabled portal group and finished after
+// pathmend restarted left a session the reader kept as "(null)": pathmend
+// never saw the path come back.)
+func TestReader_ReadsTheTargetOnceALoginInProgressIsDone(t *testing.T) {
+	done := iscsitest.Topology{Sessions: []iscsitest.Session{{
+		ID: 5, Host: 1, Target: "iqn.2024-01.io.example:t", Address: "10.0.0.1", TPGT: 1, RecoveryTmo: 5,
+	}}}
+	inLogin := done.Clone()
+	s := &inLogin.Sessions[0]
+	s.State, s.ConnState, s.Target, s.TPGT, s.Iface = "FREE", "failed", "(null)", 0, "(null)"
+	tree, err := iscsitest.NewTree(t.TempDir(), inLogin, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(tree.FS())
+	first, err := r.Read(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := first.Sessions[0].TargetName; got != "(null)" {
+		t.Fatalf("targetname during the login = %q, want (null)", got)
+	}
+	if err := tree.Apply(done); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Read(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Read(tree.FS(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("after the login (-fresh read +reader):\n%s", d)
+	}
+	if got.Sessions[0].TargetName != "iqn.2024-01.io.example:t" || got.Sessions[0].TPGT != 1 {
+		t.Errorf("session after the login: target %q tpgt %d", got.Sessions[0].TargetName, got.Sessions[0].TPGT)
+	}
+}

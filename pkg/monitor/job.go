@@ -175,32 +175,10 @@ func (m *Monitor) connect(ctx context.Context, host *nvme.Host, n *volume.NVMeTC
 		}
 		return fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
-	secrets := siblingSecrets(m, host, n.NQN)
+	secrets := nvme.SiblingSecrets(m.deps.SysFS, host, n.NQN)
 	_, err := m.deps.Connector.Connect(cctx, nvme.ConnectOptions(n, ep, m.deps.Host, secrets))
 	if err == nil {
 		klog.InfoS("Reconnected path", "nqn", n.NQN, "endpoint", ep.String())
 	}
 	return err
-}
-
-// siblingSecrets reads the DH-HMAC-CHAP secrets of a controller of the
-// same subsystem; empty when none has any.
-func siblingSecrets(m *Monitor, host *nvme.Host, nqn string) volume.Secrets {
-	var s volume.Secrets
-	for _, c := range host.Controllers {
-		if c.SubsysNQN != nqn {
-			continue
-		}
-		dir := "class/nvme/" + string(c.Name) + "/"
-		if v, ok, _ := m.deps.SysFS.ReadOptionalAttr(dir + "dhchap_secret"); ok && v != "none" {
-			s.DHCHAPSecret = v
-		}
-		if v, ok, _ := m.deps.SysFS.ReadOptionalAttr(dir + "dhchap_ctrl_secret"); ok && v != "none" {
-			s.DHCHAPCtrlSecret = v
-		}
-		if s.DHCHAPSecret != "" {
-			return s
-		}
-	}
-	return s
 }

@@ -57,8 +57,12 @@ func TestTick_AlignsEachControllerOnce(t *testing.T) {
 	if n := count(); n != 6 {
 		t.Errorf("aligned controllers read and written again: %d lines", n)
 	}
-	// nvme1 is re-created (deleted, reconnected by the monitor).
+	// nvme1 is re-created with the kernel's defaults (deleted and
+	// connected again by someone else: the fake kernel publishes what a
+	// connect asked for, and the monitor's own reconnect asks for the
+	// volume's timeouts).
 	r.k.Disconnect("nvme1")
+	r.connectAged(t, nqnA, "127.0.0.2")
 	r.clk.Step(time.Second)
 	r.m.Tick(context.Background())
 	r.clk.Step(time.Second)

@@ -138,6 +138,11 @@ func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controll
 		}
 	}
 	c.SubsysNQN = m.subsysNQN
+	// A controller being set up (its connect and identify not done: the
+	// write to /dev/nvme-fabrics has not returned) is in sysfs before it
+	// has a subsystem, and its subsysnqn reads "(efault)". Its static
+	// attributes are read again until it has one.
+	settled := !noSubsystemYet(m.subsysNQN)
 	if all {
 		if c.KATO, err = parsed(o, "kato", &m.kato, parseInt); err != nil {
 			return err
@@ -150,7 +155,7 @@ func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controll
 			err = o.optional("address", "address", entries, &m.rawAddress)
 			c.RawAddress = m.rawAddress
 		}
-		m.static = err == nil
+		m.static = err == nil && settled
 		return err
 	}
 	switch {
@@ -187,8 +192,15 @@ func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controll
 			return err
 		}
 	}
-	m.static = true
+	m.static = settled
 	return nil
+}
+
+// noSubsystemYet reports whether a controller's subsysnqn is the kernel's
+// text for a subsystem pointer not set yet ("(efault)" for a field of a
+// NULL structure, "(null)" for NULL).
+func noSubsystemYet(nqn string) bool {
+	return nqn == "(efault)" || nqn == "(null)" || nqn == ""
 }
 
 // ana reads the optional ANA attributes of a leg or per-controller disk.

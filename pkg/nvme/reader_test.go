@@ -257,3 +257,54 @@ func TestReader_PathScopeReadsStateAndANAStateOnly(t *testing.T) {
 		t.Errorf("second read: %+v, want %+v", got, want)
 	}
 }
+
+// While a fabrics controller is being set up (the write to
+// /dev/nvme-fabrics has not returned: connect, then identify) its
+// directory is already in sysfs, but it has no subsystem yet: subsysnqn
+// reads "(efault)", the kernel's text for a pointer into a NULL
+// structure. A Reader that first read the controller then must read it
+// again once it is set up, not keep "(efault)" for the controller's
+// life. (Found by the soak: a controller seen during its connect stayed
+// one of no subsystem, its path missing for minutes while it was live.)
+func TestReader_ReadsTheSubsystemOnceAControllerIsSetUp(t *testing.T) {
+	for _, scope := range []Scope{ScopeAll, ScopePaths} {
+		dir := t.TempDir()
+		tree, err := nvmetest.NewTree(dir, twoPathTopology(), testNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write := func(name, value string) {
+			t.Helper()
+			p := filepath.Join(dir, ctl(1), name)
+			if err := os.Chmod(p, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(value+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write("state", "connecting")
+		write("subsysnqn", "(efault)")
+		r := NewReader(tree.FS(), scope)
+		if _, err := r.Read(); err != nil {
+			t.Fatal(err)
+		}
+		write("state", "live")
+		write("subsysnqn", "nqn.2024-01.io.pathmend.test:a")
+		h, err := r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := NewReader(tree.FS(), scope)
+		want, err := fresh.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want, h); d != "" {
+			t.Errorf("scope %v, after the controller was set up (-fresh +reader):\n%s", scope, d)
+		}
+		if c, _ := h.Controller("nvme1"); c.SubsysNQN != "nqn.2024-01.io.pathmend.test:a" {
+			t.Errorf("scope %v: nvme1 subsysnqn %q after its setup", scope, c.SubsysNQN)
+		}
+	}
+}

@@ -464,3 +464,23 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// WriteFileAtomic writes dir/name the way a record is written: through a
+// fsynced temporary file (mode 0600) named with the ".tmp-" prefix, a
+// rename and an fsync of dir. Other kinds of state kept in the state
+// directory (companion mode's learned subsystems) use it so that a crash
+// leaves the old file or the new one, never a mix.
+func WriteFileAtomic(dir, name string, data []byte) error { return writeAtomic(dir, name, data) }
+
+// MkdirDurable creates dir and its missing parents with mode 0700,
+// fsyncing the parent of each directory it creates.
+func MkdirDurable(dir string) error { return mkdirDurable(dir) }
+
+// RemoveDurable removes dir/name and fsyncs dir; a file already gone is
+// not an error.
+func RemoveDurable(dir, name string) error {
+	if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return syncDir(dir)
+}

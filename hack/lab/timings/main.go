@@ -4,7 +4,7 @@
 //
 //	go run ./hack/lab/timings [-add hack/lab/out/timings.tsv]
 //
-// Every `make lab` and `make e2e` appends one line to
+// Every `make lab`, `make e2e` and `make soak` appends one line to
 // hack/lab/out/timings.tsv (hack/lab/run.sh: record). -add copies the
 // lines runs.tsv does not have yet into it; then the table between the
 // README's timings markers is rendered again from runs.tsv. `make
@@ -104,6 +104,17 @@ func (g group) span() string {
 	return human(lo) + "–" + human(hi)
 }
 
+// label is how a run is named in the table: its make command.
+func label(r run) string {
+	switch {
+	case r.fields[colCommand] == "e2e" && r.fields[colRun] != ".":
+		return "`make e2e E2E_RUN='" + r.fields[colRun] + "'`"
+	case r.fields[colCommand] == "soak" && r.fields[colRun] != "-":
+		return "`make soak " + r.fields[colRun] + "`"
+	}
+	return "`make " + r.fields[colCommand] + "`"
+}
+
 // cell escapes the pipes of a -test.run regexp for a Markdown table.
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
@@ -142,11 +153,7 @@ func render(runs []run) string {
 		if strings.HasPrefix(image, "built") {
 			image = "built"
 		}
-		what := "`make " + r.fields[colCommand] + "`"
-		if r.fields[colCommand] == "e2e" && r.fields[colRun] != "." {
-			what = "`make e2e E2E_RUN='" + r.fields[colRun] + "'`"
-		}
-		key := what + "\t" + image + "\t" + r.fields[colGoCache]
+		key := label(r) + "\t" + image + "\t" + r.fields[colGoCache]
 		if groups[key] == nil {
 			groups[key] = &group{label: key}
 			order = append(order, key)
@@ -164,12 +171,8 @@ func render(runs []run) string {
 		if r.fields[colResult] == "pass" {
 			continue
 		}
-		what := "`make " + r.fields[colCommand] + "`"
-		if r.fields[colCommand] == "e2e" && r.fields[colRun] != "." {
-			what = "`make e2e E2E_RUN='" + r.fields[colRun] + "'`"
-		}
-		line := fmt.Sprintf("- %s, %s: failed after %s", what, r.fields[colDate][:10], human(r.total))
-		if t := r.fields[colTests]; t != "-" {
+		line := fmt.Sprintf("- %s, %s: failed after %s", label(r), r.fields[colDate][:10], human(r.total))
+		if t := r.fields[colTests]; t != "-" && r.fields[colCommand] != "soak" {
 			line += " (tests passed/failed/skipped " + t + ")"
 		}
 		if n := notes(group{runs: []run{r}}); n != "" {
@@ -197,7 +200,11 @@ func notes(g group) string {
 	if len(builds) > 0 {
 		parts = append(parts, "image build "+strings.Join(builds, ", "))
 	}
-	if g.runs[0].fields[colCommand] != "e2e" {
+	switch g.runs[0].fields[colCommand] {
+	case "soak":
+		return strings.Join(append(parts, soakNotes(g)...), "; ")
+	case "e2e":
+	default:
 		return strings.Join(parts, "; ")
 	}
 	slowest := map[string]float64{}
@@ -220,6 +227,37 @@ func notes(g group) string {
 		parts = append(parts, "slowest (max over the runs): "+strings.Join(top, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// soakNotes: a soak run records its faults done/skipped/failed where an
+// e2e run has its test counts, and each fault kind's longest heal latency
+// (fault undone until every path of its volumes was live) where an e2e
+// run has its tests' times.
+func soakNotes(g group) []string {
+	var parts []string
+	var faults []string
+	for _, r := range g.runs {
+		if t := r.fields[colTests]; t != "-" {
+			faults = append(faults, t)
+		}
+	}
+	if len(faults) > 0 {
+		parts = append(parts, "faults done/skipped/failed "+strings.Join(faults, ", "))
+	}
+	longest := map[string]float64{}
+	for _, r := range g.runs {
+		for kind, s := range r.tests {
+			longest[kind] = max(longest[kind], s)
+		}
+	}
+	var kinds []string
+	for _, k := range sortedKeys(longest) {
+		kinds = append(kinds, fmt.Sprintf("%s %.0f s", k, longest[k]))
+	}
+	if len(kinds) > 0 {
+		parts = append(parts, "longest heal (fault undone → every path live) per kind: "+strings.Join(kinds, ", "))
+	}
+	return parts
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -37,7 +37,9 @@ const sample = "2026-12-01T23:00:00Z\tlab\t-\tcached\twarm\t20\t80\t104\tpass\t-
 	"2026-12-01T23:20:00Z\te2e\tTestISCSI_(Heal|Served)\tcached\twarm\t30\t200\t240\tpass\t2/0/0\tTestB=150.5,TestA=40.0\t6.1.0-57-amd64\t2\t24GiB\n" +
 	"2026-12-01T23:30:00Z\te2e\tTestISCSI_(Heal|Served)\tcached\twarm\t30\t260\t300\tpass\t2/0/0\tTestB=120.0,TestA=95.2\t6.1.0-57-amd64\t2\t24GiB\n" +
 	"2026-12-01T23:40:00Z\tlab\t-\tbuilt 90s\tcold\t170\t90\t391\tpass\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n" +
-	"2026-12-01T23:50:00Z\tlab\t-\tcached\twarm\t20\t80\t99\tfail\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n"
+	"2026-12-01T23:50:00Z\tlab\t-\tcached\twarm\t20\t80\t99\tfail\t-\t-\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-02T00:10:00Z\tsoak\tSOAK_MINUTES=5\tcached\twarm\t30\t700\t740\tpass\t30/4/0\tnvme-port-unlink=12.5,iscsi-stuck-session=40.0\t6.1.0-57-amd64\t2\t24GiB\n" +
+	"2026-12-02T00:30:00Z\tsoak\tSOAK_MINUTES=5\tcached\twarm\t30\t700\t760\tfail\t28/5/1\tnvme-port-unlink=9.0\t6.1.0-57-amd64\t2\t24GiB\n"
 
 func TestRender_GroupsRunsAndKeepsEachTestsSlowest(t *testing.T) {
 	runs, err := parseRuns(sample)
@@ -51,6 +53,8 @@ func TestRender_GroupsRunsAndKeepsEachTestsSlowest(t *testing.T) {
 		"| `make e2e E2E_RUN='TestISCSI_(Heal\\|Served)'` | cached | warm | 2 | 4.0 min–5.0 min | 2 tests; slowest (max over the runs): TestB 150 s, TestA 95 s |",
 		"- `make lab`, 2026-12-01: failed after 99 s",
 		"2 cores, 24GiB of memory, guest kernel 6.1.0-57-amd64",
+		"| `make soak SOAK_MINUTES=5` | cached | warm | 1 | 12.3 min | faults done/skipped/failed 30/4/0; longest heal (fault undone → every path live) per kind: iscsi-stuck-session 40 s, nvme-port-unlink 12 s |",
+		"- `make soak SOAK_MINUTES=5`, 2026-12-02: failed after 12.7 min; faults done/skipped/failed 28/5/1; longest heal (fault undone → every path live) per kind: nvme-port-unlink 9 s",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("rendered table lacks %q:\n%s", want, got)

@@ -20,7 +20,7 @@ func fullOptions() Options {
 		Transport: "tcp", Traddr: "127.0.0.1", Trsvcid: "4420",
 		NQN: "nqn.2014-08.io.pathmend.test:sub1", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:6f1b2c3d-0000-4000-8000-000000000001",
 		HostID: "6f1b2c3d-0000-4000-8000-000000000001", HostTraddr: "127.0.0.2", HostIface: "lo",
-		CtrlLossTmo: intp(-1), ReconnectDelay: intp(2), FastIOFailTmo: intp(0), KeepAliveTmo: intp(5), NrIOQueues: intp(4),
+		CtrlLossTmo: intp(-1), ReconnectDelay: intp(2), FastIOFailTmo: intp(0), KeepAliveTmo: intp(5), NrIOQueues: intp(4), QueueSize: intp(128),
 		DHCHAPSecret: "DHHC-1:00:c2VjcmV0:", DHCHAPCtrlSecret: "DHHC-1:00:Y3RybA==:",
 	}
 }
@@ -32,7 +32,7 @@ func TestOptions_Encode(t *testing.T) {
 	}
 	want := "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn=nqn.2014-08.io.pathmend.test:sub1," +
 		"hostnqn=nqn.2014-08.org.nvmexpress:uuid:6f1b2c3d-0000-4000-8000-000000000001,hostid=6f1b2c3d-0000-4000-8000-000000000001," +
-		"host_traddr=127.0.0.2,host_iface=lo,ctrl_loss_tmo=-1,reconnect_delay=2,fast_io_fail_tmo=0,keep_alive_tmo=5,nr_io_queues=4," +
+		"host_traddr=127.0.0.2,host_iface=lo,ctrl_loss_tmo=-1,reconnect_delay=2,fast_io_fail_tmo=0,keep_alive_tmo=5,nr_io_queues=4,queue_size=128," +
 		"dhchap_secret=DHHC-1:00:c2VjcmV0:,dhchap_ctrl_secret=DHHC-1:00:Y3RybA==:"
 	if got != want {
 		t.Errorf("encode =\n%s\nwant\n%s", got, want)

@@ -24,6 +24,7 @@ type Options struct {
 	FastIOFailTmo  *int // seconds; -1 = off
 	KeepAliveTmo   *int // seconds
 	NrIOQueues     *int
+	QueueSize      *int // entries per I/O queue
 
 	// DH-HMAC-CHAP secrets ("DHHC-1:…"); never logged.
 	DHCHAPSecret     string
@@ -115,7 +116,7 @@ func (o Options) encode(redact bool) (string, error) {
 	}{
 		{"ctrl_loss_tmo", o.CtrlLossTmo}, {"reconnect_delay", o.ReconnectDelay},
 		{"fast_io_fail_tmo", o.FastIOFailTmo}, {"keep_alive_tmo", o.KeepAliveTmo},
-		{"nr_io_queues", o.NrIOQueues},
+		{"nr_io_queues", o.NrIOQueues}, {"queue_size", o.QueueSize},
 	} {
 		if kv.v != nil {
 			add(kv.k, strconv.Itoa(*kv.v))

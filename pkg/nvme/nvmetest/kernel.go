@@ -76,6 +76,7 @@ type Kernel struct {
 	tree     *Tree
 	since    time.Time
 	connects map[int]int
+	opts     []fabrics.Options
 
 	// Namespace heads the host has now, per NQN and nsid: a head is
 	// created when the host first sees the namespace and removed when it
@@ -104,6 +105,7 @@ type fakeCtrl struct {
 	state    string
 	created  time.Time
 	legsAt   time.Time
+	opts     fabrics.Options
 }
 
 // NewKernel returns a fake kernel writing its tree below dir. Every
@@ -250,6 +252,7 @@ func (k *Kernel) Connect(_ context.Context, o fabrics.Options) (fabrics.Result, 
 	defer k.mu.Unlock()
 	hp := net.JoinHostPort(o.Traddr, o.Trsvcid)
 	k.calls = append(k.calls, "connect "+hp)
+	k.opts = append(k.opts, o)
 	t, ok := k.targets[o.NQN]
 	if !ok || k.down[hp] {
 		return fabrics.Result{}, fmt.Errorf("connect %s: %w: %w", hp, fabrics.ErrUnreachable, syscall.ECONNREFUSED)
@@ -263,7 +266,7 @@ func (k *Kernel) Connect(_ context.Context, o fabrics.Options) (fabrics.Result, 
 		}
 	}
 	now := k.clk.Now()
-	c := &fakeCtrl{instance: k.next, nqn: o.NQN, host: o.Traddr, port: o.Trsvcid, state: "live", created: now, legsAt: now.Add(k.LegDelay)}
+	c := &fakeCtrl{instance: k.next, nqn: o.NQN, host: o.Traddr, port: o.Trsvcid, state: "live", created: now, legsAt: now.Add(k.LegDelay), opts: o}
 	k.connects[c.instance]++
 	k.next++
 	k.ctrls = append(k.ctrls, c)
@@ -286,6 +289,24 @@ func (k *Kernel) Disconnect(ctrl string) error {
 	k.ctrls = slices.DeleteFunc(k.ctrls, func(c *fakeCtrl) bool { return "nvme"+strconv.Itoa(c.instance) == ctrl })
 	k.writeLocked()
 	return nil
+}
+
+// ConnectOptions returns the options of every connect so far, in order.
+func (k *Kernel) ConnectOptions() []fabrics.Options {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.opts)
+}
+
+// GiveUp deletes every connecting controller to hostport, as the kernel
+// does when their ctrl_loss_tmo runs out.
+func (k *Kernel) GiveUp(hostport string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ctrls = slices.DeleteFunc(k.ctrls, func(c *fakeCtrl) bool {
+		return c.state == "connecting" && net.JoinHostPort(c.host, c.port) == hostport
+	})
+	k.writeLocked()
 }
 
 // Reuse makes the next connect take controller instance n, as the kernel
@@ -356,6 +377,7 @@ func (k *Kernel) topologyLocked() Topology {
 			if c.state != "live" {
 				fc.SrcAddr = ""
 			}
+			c.publishOptions(&fc)
 			if !now.Before(c.legsAt) && !k.noLeg[c.instance] && tgt != nil {
 				for _, ns := range enabled {
 					fc.Legs[ns.Head] = tgt.Ports[net.JoinHostPort(c.host, c.port)]
@@ -492,4 +514,31 @@ func (k *Kernel) applyLocked(topo Topology) {
 		panic(err)
 	}
 	k.tree = t
+}
+
+// publishOptions writes the options the controller was connected with
+// into the attributes the kernel publishes them in; what a connect left
+// to the kernel keeps the kernel's defaults.
+func (c *fakeCtrl) publishOptions(fc *Controller) {
+	o := c.opts
+	itoa := func(p *int) string {
+		if p == nil {
+			return ""
+		}
+		if *p < 0 {
+			return "off"
+		}
+		return strconv.Itoa(*p)
+	}
+	fc.HostNQN, fc.HostID, fc.HostTraddr, fc.HostIface = o.HostNQN, o.HostID, o.HostTraddr, o.HostIface
+	fc.CtrlLossTmo, fc.ReconnectDelay, fc.FastIOFailTmo = itoa(o.CtrlLossTmo), itoa(o.ReconnectDelay), itoa(o.FastIOFailTmo)
+	if o.KeepAliveTmo != nil {
+		fc.KATO = *o.KeepAliveTmo
+	}
+	if o.NrIOQueues != nil {
+		fc.QueueCount = *o.NrIOQueues + 1
+	}
+	if o.QueueSize != nil {
+		fc.SQSize = *o.QueueSize - 1
+	}
 }

@@ -87,6 +87,12 @@ type Controller struct {
 	// verbatim (defaults "600", "10", "off"); KATO defaults to 5.
 	CtrlLossTmo, ReconnectDelay, FastIOFailTmo string
 	KATO                                       int
+	// HostNQN and HostID default to the lab's
+	// "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001"
+	// and "00000000-0000-4000-8000-000000000001"; QueueCount and SQSize
+	// to 3 and 127 (two I/O queues of 128 entries).
+	HostNQN, HostID    string
+	QueueCount, SQSize int
 }
 
 // NoANA as a Legs value writes a leg of a controller that does not use
@@ -146,6 +152,14 @@ func (c Controller) withDefaults() Controller {
 	def(&c.CtrlLossTmo, "600")
 	def(&c.ReconnectDelay, "10")
 	def(&c.FastIOFailTmo, "off")
+	def(&c.HostID, "00000000-0000-4000-8000-000000000001")
+	def(&c.HostNQN, "nqn.2014-08.org.nvmexpress:uuid:"+c.HostID)
+	if c.QueueCount == 0 {
+		c.QueueCount = 3
+	}
+	if c.SQSize == 0 {
+		c.SQSize = 127
+	}
 	if c.CntlID == 0 {
 		c.CntlID = c.Instance + 1
 	}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/exec"
+
+	"github.com/pathmend/pathmend/pkg/companion"
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/monitor"
+	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// companionShared are the flags `pathmend companion` shares with serve:
+// the same names, meanings and defaults (but --heal, observe here).
+var companionShared = []string{
+	"sys-root", "dev-root", "state-dir", "heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout",
+	"iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "metrics-address",
+}
+
+// companionFlags are companion mode's own flags: the action kinds, each
+// off unless enabled, and the learning bound. serve takes the NVMe ones
+// for its --heal-foreign.
+type companionFlags struct {
+	actions     companion.Actions
+	forgetAfter time.Duration
+}
+
+func (c *companionFlags) bindNVMe(fs *flag.FlagSet) {
+	fs.BoolVar(&c.actions.NVMeReconnect, "nvme-reconnect", c.actions.NVMeReconnect, "with --heal=repair: connect again, with the learned options, an NVMe endpoint whose controller the kernel gave up (it vanished while reconnecting)")
+	fs.BoolVar(&c.actions.NVMeRepairs, "nvme-repairs", c.actions.NVMeRepairs, "with --heal=repair: run the NVMe teardown repairs (NoNamespace, ControllerNotContributing, AmbiguousHead, StaleEndpoint) and connect again what they tore down")
+	fs.DurationVar(&c.forgetAfter, "forget-after", c.forgetAfter, "a learned NVMe subsystem whose controllers have all been gone this long is forgotten")
+}
+
+func (c *companionFlags) bindISCSI(fs *flag.FlagSet) {
+	fs.BoolVar(&c.actions.ISCSIRelogin, "iscsi-relogin", c.actions.ISCSIRelogin, "with --heal=repair: log out and in a stuck iSCSI session whose LUNs all have another live path in their map")
+	fs.BoolVar(&c.actions.ISCSIRestart, "iscsid-restart", c.actions.ISCSIRestart, "with --heal=repair: restart iscsid for a stuck session that is a LUN's last path (at most once per --iscsid-restart-cooldown)")
+}
+
+func companionCommand() *command {
+	return &command{
+		name:     "companion",
+		summary:  "Heal the NVMe-oF/TCP and iSCSI paths of volumes another CSI driver attached",
+		synopsis: []string{"companion [flags]"},
+		description: `Run beside another CSI driver's node plugin, with no CSI socket: every
+--monitor-interval read sysfs, learn every NVMe/TCP subsystem's endpoints and
+the connect options the kernel publishes for them (kept in --state-dir), and
+heal every subsystem and iSCSI session on the node under the same policy,
+verdict lines, metrics and /healthz as serve. It starts in --heal=observe; in
+repair mode each action kind runs only when its flag enables it. Targets a
+pathmend node plugin staged (a record in --state-dir names them) are left to
+the plugin. docs/companion.md is the runbook.`,
+		groups: []flagGroup{
+			{"Node state flags", []string{"sys-root", "dev-root", "state-dir"}},
+			{"Healing flags", []string{"heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout"}},
+			{"Companion action flags", []string{"nvme-reconnect", "nvme-repairs", "iscsi-relogin", "iscsid-restart", "forget-after"}},
+			{"iSCSI flags", []string{"iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix"}},
+			{"Metrics flags", []string{"metrics-address"}},
+			{"Logging flags", []string{"logging-format", "v", "vmodule"}},
+		},
+		exitCodes: []exitCode{
+			{0, "stopped by SIGTERM or SIGINT"},
+			{1, "a flag value is invalid, or running failed (state dir, metrics listener)"},
+			{2, "bad usage: an unknown flag or a stray argument"},
+		},
+		run: runCompanion,
+	}
+}
+
+func defaultCompanionFlags() companionFlags {
+	return companionFlags{forgetAfter: companion.DefaultForgetAfter}
+}
+
+func runCompanion(c *command, args []string, stdout, stderr io.Writer) int {
+	fs := c.newFlagSet()
+	cfg := defaultServeConfig()
+	cfg.heal = string(heal.ModeObserve)
+	shared := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg.bindFlags(shared)
+	for _, name := range companionShared {
+		f := shared.Lookup(name)
+		fs.Var(f.Value, f.Name, f.Usage)
+		fs.Lookup(name).DefValue = f.DefValue
+	}
+	cf := defaultCompanionFlags()
+	cf.bindNVMe(fs)
+	cf.bindISCSI(fs)
+	logFormat := bindLogFlags(fs)
+	if code, done := c.parse(fs, args, stdout, stderr); done {
+		return code
+	}
+	if code, done := startLogging(c, fs, *logFormat, stderr); done {
+		return code
+	}
+	defer klog.Flush()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := runCompanionMode(ctx, cfg, cf); err != nil {
+		klog.ErrorS(err, "pathmend companion failed")
+		return 1
+	}
+	return 0
+}
+
+// validate checks companion mode's own flags.
+func (c companionFlags) validate() error {
+	if c.forgetAfter <= 0 {
+		return errors.New("--forget-after must be positive")
+	}
+	return nil
+}
+
+// runCompanionMode builds every seam once and runs the monitor with
+// companion mode's passes (the NVMe heal of learned subsystems, the
+// iSCSI heal of sessions no record names) and the metrics listener until
+// ctx ends. It never serves CSI, and never reconciles or repairs what the
+// node plugin's records name.
+func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) error {
+	if err := errors.Join(c.validate(), cf.validate()); err != nil {
+		return err
+	}
+	mode, _ := heal.ParseMode(c.heal)
+	scope, _ := parseScope(c.healMaxScope)
+	store, err := volume.NewStore(c.stateDir)
+	if err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	m := metrics.New()
+	policy, err := heal.NewPolicy(heal.Config{Mode: mode, Grace: c.healGrace, Cooldown: c.healCooldown, MaxScope: scope})
+	if err != nil {
+		return err
+	}
+	sys := sysfs.New(c.sysRoot)
+	clk := clock.RealClock{}
+	owner, err := intent.New(intent.Config{}, intent.Deps{Store: store, Clock: clk, Observer: m})
+	if err != nil {
+		return err
+	}
+	connector := fabrics.NewConnector(c.devRoot, sys)
+	nv, err := newCompanionNVMe(c, cf, sys, owner, policy, connector, m, clk, true)
+	if err != nil {
+		return err
+	}
+	ex := exec.New()
+	init, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: m.CountingExec(ex), Sys: sys, CommandPrefix: strings.Fields(c.hostCommandPrefix), RestartCommand: strings.Fields(c.iscsidRestartCommand)})
+	if err != nil {
+		return err
+	}
+	disabled := map[iscsi.Kick]string{}
+	if !cf.actions.ISCSIRelogin {
+		disabled[iscsi.KickRelogin] = "--iscsi-relogin"
+	}
+	if !cf.actions.ISCSIRestart {
+		disabled[iscsi.KickRestart] = "--iscsid-restart"
+	}
+	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
+		Policy: policy, Scope: iscsi.HealForeign, Disabled: disabled, Threshold: c.iscsiStuckThreshold,
+		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Targets: owner, Now: clk.Now,
+		Kicker: init, Prober: &iscsi.NetProber{},
+	})
+	if err != nil {
+		return err
+	}
+	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
+		SysFS: sys, Intents: notThePlugins{owner}, Policy: policy, Connector: connector,
+		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m, Clock: clk,
+		Sessions: passes{nv, withRecords{owner, newSessionHeal(healer, sys, m, clk)}},
+	})
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Companion mode started", "mode", mode, "nvmeReconnect", cf.actions.NVMeReconnect, "nvmeRepairs", cf.actions.NVMeRepairs,
+		"iscsiRelogin", cf.actions.ISCSIRelogin, "iscsidRestart", cf.actions.ISCSIRestart, "learned", len(nv.Learned()))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	if mode != heal.ModeOff {
+		run("monitor", func() error { return mon.Run(ctx) })
+	}
+	if c.metricsAddress != "" {
+		run("metrics", func() error {
+			return metrics.Serve(ctx, c.metricsAddress, m, tickCheck(mon, mode, 3*c.monitorInterval+c.connectTimeout))
+		})
+	}
+	<-ctx.Done()
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+// newCompanionNVMe builds companion mode's NVMe heal on the state dir's
+// learned store.
+func newCompanionNVMe(c serveConfig, cf companionFlags, sys sysfs.FS, owner *intent.Owner, policy *heal.Policy, connector nvme.Connector, m *metrics.Metrics, clk clock.Clock, defectGauge bool) (*companion.NVMe, error) {
+	learned, err := companion.NewStore(c.stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("--state-dir: %w", err)
+	}
+	return companion.NewNVMe(companion.Config{ForgetAfter: cf.forgetAfter, ConnectTimeout: c.connectTimeout, Actions: cf.actions, DefectGauge: defectGauge}, companion.Deps{
+		SysFS: sys, Intents: owner, Store: learned, Policy: policy, Connector: connector,
+		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Clock: clk, Metrics: m,
+	})
+}
+
+// passes runs several per-tick passes in order as the monitor's one.
+type passes []monitor.SessionHealer
+
+func (p passes) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
+	for _, x := range p {
+		x.Tick(ctx, records, recordsErr)
+	}
+}
+
+// notThePlugins is the intent owner as companion mode's monitor sees it:
+// no records. The staged volumes are the node plugin's to heal (its own
+// monitor does); companion mode's passes read them only to leave their
+// targets alone. Leases are the owner's.
+type notThePlugins struct{ *intent.Owner }
+
+func (notThePlugins) Scan() (volume.Listing, error) { return volume.Listing{}, nil }
+
+// withRecords gives a pass the node plugin's records, read from the
+// owner, in place of the (empty) ones the monitor passes.
+type withRecords struct {
+	owner *intent.Owner
+	pass  monitor.SessionHealer
+}
+
+func (w withRecords) Tick(ctx context.Context, _ []volume.Record, _ error) {
+	l, err := w.owner.Scan()
+	if err == nil && len(l.Unreadable) > 0 {
+		// A record that cannot be read may name any session's target.
+		err = l.Err()
+	}
+	if err != nil {
+		klog.ErrorS(err, "Staged-volume records could not all be read; the companion's iSCSI pass is skipped this tick")
+		return
+	}
+	w.pass.Tick(ctx, l.Records, nil)
+}
+
+// tickCheck is companion mode's /healthz: the monitor finished a tick
+// within maxAge (unless healing is off). There is no CSI server to probe.
+func tickCheck(mon *monitor.Monitor, mode heal.Mode, maxAge time.Duration) metrics.HealthCheck {
+	return func(context.Context) error {
+		if mode == heal.ModeOff {
+			return nil
+		}
+		last := mon.LastTick()
+		if last.IsZero() {
+			return errors.New("monitor has not finished a tick yet")
+		}
+		if age := time.Since(last); age > maxAge {
+			return fmt.Errorf("last monitor tick ended %s ago", age.Round(time.Second))
+		}
+		return nil
+	}
+}
