@@ -119,7 +119,17 @@ func (c ctrlID) String() string {
 // controllersTo lists the controllers of nqn to addr:svc.
 func controllersTo(t *testing.T, nqn, addr, svc string) []ctrlID {
 	t.Helper()
-	h, err := nvme.Read(sysfs.New("/sys"))
+	// A full read can meet an object the kernel is creating or removing
+	// (a head listed before its nsid exists): read again, a few times,
+	// before calling the state unreadable.
+	var h *nvme.Host
+	var err error
+	for try := 0; try < 10; try++ {
+		if h, err = nvme.Read(sysfs.New("/sys")); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("read nvme state: %v", err)
 	}
