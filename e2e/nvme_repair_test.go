@@ -37,7 +37,10 @@ var (
 	klogKV     = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S*)`)
 )
 
-// readLog parses every structured line of a pathmend log.
+// readLog parses every structured line of a pathmend log. klog writes a
+// multi-line value (an error with newlines) as `key=<`, the value's lines
+// indented by a tab, then a line that starts with " >" and carries the
+// rest of the record's key/values: those are read as part of the record.
 func readLog(t *testing.T, path string) []logLine {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -45,29 +48,45 @@ func readLog(t *testing.T, path string) []logLine {
 		t.Fatal(err)
 	}
 	var out []logLine
+	var kvText string
+	flush := func() {
+		if len(out) == 0 {
+			return
+		}
+		kv := out[len(out)-1].KV
+		for _, p := range klogKV.FindAllStringSubmatch(kvText, -1) {
+			v := p[2]
+			if u, err := strconv.Unquote(v); err == nil {
+				v = u
+			}
+			if _, ok := kv[p[1]]; !ok || v != "<" {
+				kv[p[1]] = v
+			}
+		}
+		kvText = ""
+	}
 	for _, raw := range strings.Split(string(b), "\n") {
 		m := klogHeader.FindStringSubmatch(raw)
 		if m == nil {
+			if len(out) > 0 && strings.HasPrefix(raw, " >") {
+				kvText += " " + raw[2:]
+				out[len(out)-1].Raw += "\n" + raw
+			}
 			continue
 		}
 		at, err := time.Parse("0102 15:04:05.000000", m[1])
 		if err != nil {
 			continue
 		}
+		flush()
 		msg, err := strconv.Unquote(`"` + m[2] + `"`)
 		if err != nil {
 			msg = m[2]
 		}
-		kv := map[string]string{}
-		for _, p := range klogKV.FindAllStringSubmatch(m[3], -1) {
-			v := p[2]
-			if u, err := strconv.Unquote(v); err == nil {
-				v = u
-			}
-			kv[p[1]] = v
-		}
-		out = append(out, logLine{At: at, Msg: msg, KV: kv, Raw: raw})
+		out = append(out, logLine{At: at, Msg: msg, KV: map[string]string{}, Raw: raw})
+		kvText = m[3]
 	}
+	flush()
 	return out
 }
 
