@@ -23,7 +23,6 @@ import (
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/monitor"
 	"github.com/pathmend/pathmend/pkg/nvme"
-	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -136,24 +135,11 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 	if err := errors.Join(c.validate(), cf.validate()); err != nil {
 		return err
 	}
-	mode, _ := heal.ParseMode(c.heal)
-	scope, _ := parseScope(c.healMaxScope)
-	store, err := volume.NewStore(c.stateDir)
-	if err != nil {
-		return fmt.Errorf("--state-dir: %w", err)
-	}
-	m := metrics.New()
-	policy, err := heal.NewPolicy(heal.Config{Mode: mode, Grace: c.healGrace, Cooldown: c.healCooldown, MaxScope: scope})
+	ns, err := newNodeSeams(c)
 	if err != nil {
 		return err
 	}
-	sys := sysfs.New(c.sysRoot)
-	clk := clock.RealClock{}
-	owner, err := intent.New(intent.Config{}, intent.Deps{Store: store, Clock: clk, Observer: m})
-	if err != nil {
-		return err
-	}
-	connector := fabrics.NewConnector(c.devRoot, sys)
+	mode, store, m, policy, sys, clk, owner, connector := ns.mode, ns.store, ns.metrics, ns.policy, ns.sys, ns.clk, ns.owner, ns.connector
 	nv, err := newCompanionNVMe(c, cf, sys, owner, policy, connector, m, clk, true)
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	mount "k8s.io/mount-utils"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/driver"
@@ -22,7 +21,6 @@ import (
 	"github.com/pathmend/pathmend/pkg/monitor"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
-	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -191,28 +189,15 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	mode, _ := heal.ParseMode(c.heal)
-	scope, _ := parseScope(c.healMaxScope)
-	store, err := volume.NewStore(c.stateDir)
+	ns, err := newNodeSeams(c)
 	if err != nil {
-		return fmt.Errorf("--state-dir: %w", err)
+		return err
 	}
+	mode, store, m, policy, sys, clk, owner, connector := ns.mode, ns.store, ns.metrics, ns.policy, ns.sys, ns.clk, ns.owner, ns.connector
 	host, err := fabrics.LoadOrCreateHostIdentity(c.hostNQNFile, c.hostIDFile)
 	if err != nil {
 		return fmt.Errorf("NVMe host identity: %w", err)
 	}
-	m := metrics.New()
-	policy, err := heal.NewPolicy(heal.Config{Mode: mode, Grace: c.healGrace, Cooldown: c.healCooldown, MaxScope: scope})
-	if err != nil {
-		return err
-	}
-	sys := sysfs.New(c.sysRoot)
-	clk := clock.RealClock{}
-	owner, err := intent.New(intent.Config{}, intent.Deps{Store: store, Clock: clk, Observer: m})
-	if err != nil {
-		return err
-	}
-	connector := fabrics.NewConnector(c.devRoot, sys)
 	nvmeAtt, err := nvme.NewAttacher(nvme.AttacherConfig{
 		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Policy: policy, Clock: clk,
 		AttachWait: c.attachTimeout, ConnectTimeout: c.connectTimeout,

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+
+	"k8s.io/utils/clock"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// nodeSeams are what serve and companion mode build alike from the shared
+// flags: the state dir's store and the intent owner over it, the heal
+// policy, the rooted sysfs reader, the fabrics connector, the metrics and
+// the clock. Each process builds them once.
+type nodeSeams struct {
+	mode      heal.Mode
+	store     *volume.Store
+	metrics   *metrics.Metrics
+	policy    *heal.Policy
+	sys       sysfs.FS
+	clk       clock.RealClock
+	owner     *intent.Owner
+	connector *fabrics.Connector
+}
+
+// newNodeSeams builds the seams from flags c.validate has accepted.
+func newNodeSeams(c serveConfig) (*nodeSeams, error) {
+	mode, _ := heal.ParseMode(c.heal)
+	scope, _ := parseScope(c.healMaxScope)
+	store, err := volume.NewStore(c.stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("--state-dir: %w", err)
+	}
+	m := metrics.New()
+	policy, err := heal.NewPolicy(heal.Config{Mode: mode, Grace: c.healGrace, Cooldown: c.healCooldown, MaxScope: scope})
+	if err != nil {
+		return nil, err
+	}
+	sys := sysfs.New(c.sysRoot)
+	clk := clock.RealClock{}
+	owner, err := intent.New(intent.Config{}, intent.Deps{Store: store, Clock: clk, Observer: m})
+	if err != nil {
+		return nil, err
+	}
+	return &nodeSeams{
+		mode: mode, store: store, metrics: m, policy: policy, sys: sys, clk: clk, owner: owner,
+		connector: fabrics.NewConnector(c.devRoot, sys),
+	}, nil
+}
