@@ -2,8 +2,6 @@ package companion
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -181,17 +179,11 @@ func (s *Store) Delete(nqn string) error {
 // learnedName is the file name of a subsystem: NQNs hold ':' and may be
 // long, so the name is the first 16 bytes of the SHA-256 of the NQN.
 func learnedName(nqn string) string {
-	sum := sha256.Sum256([]byte(nqn))
-	return learnedPrefix + hex.EncodeToString(sum[:16]) + learnedSuffix
+	return volume.HashedName(learnedPrefix, nqn, learnedSuffix)
 }
 
 func isLearnedName(name string) bool {
-	h, ok := strings.CutPrefix(name, learnedPrefix)
-	if !ok {
-		return false
-	}
-	h, ok = strings.CutSuffix(h, learnedSuffix)
-	return ok && len(h) == 32 && strings.Trim(h, "0123456789abcdef") == ""
+	return volume.IsHashedName(name, learnedPrefix, learnedSuffix)
 }
 
 // sortedNQNs lists the keys of subs in order.

@@ -408,17 +408,31 @@ func readRecord(path string) (Record, error) {
 // for a path, so the name is a hash; 128 bits make a collision impossible
 // in practice, and Get still verifies the ID stored inside.
 func recordName(volumeID string) string {
-	sum := sha256.Sum256([]byte(volumeID))
-	return recordPrefix + hex.EncodeToString(sum[:16]) + recordSuffix
+	return HashedName(recordPrefix, volumeID, recordSuffix)
 }
 
 // isRecordName reports whether name has the exact shape recordName produces.
 func isRecordName(name string) bool {
-	h, ok := strings.CutPrefix(name, recordPrefix)
+	return IsHashedName(name, recordPrefix, recordSuffix)
+}
+
+// HashedName is the file name of key in a state directory: prefix, the
+// first 16 bytes of the SHA-256 of key in hex, suffix. Keys (volume IDs,
+// NQNs) may hold anything unfit for a path; 128 bits make a collision
+// impossible in practice, and readers verify the key stored inside.
+func HashedName(prefix, key, suffix string) string {
+	sum := sha256.Sum256([]byte(key))
+	return prefix + hex.EncodeToString(sum[:16]) + suffix
+}
+
+// IsHashedName reports whether name has the exact shape HashedName
+// produces with prefix and suffix.
+func IsHashedName(name, prefix, suffix string) bool {
+	h, ok := strings.CutPrefix(name, prefix)
 	if !ok {
 		return false
 	}
-	h, ok = strings.CutSuffix(h, recordSuffix)
+	h, ok = strings.CutSuffix(h, suffix)
 	return ok && len(h) == 32 && strings.Trim(h, "0123456789abcdef") == ""
 }
 
