@@ -31,7 +31,7 @@ import (
 // the same names, meanings and defaults (but --heal, observe here).
 var companionShared = []string{
 	"sys-root", "dev-root", "state-dir", "heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout",
-	"iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "metrics-address",
+	"iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "host-mountinfo", "metrics-address",
 }
 
 // companionFlags are companion mode's own flags: the action kinds, each
@@ -70,7 +70,7 @@ the plugin. docs/companion.md is the runbook.`,
 			{"Node state flags", []string{"sys-root", "dev-root", "state-dir"}},
 			{"Healing flags", []string{"heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout"}},
 			{"Companion action flags", []string{"nvme-reconnect", "nvme-repairs", "iscsi-relogin", "iscsid-restart", "forget-after"}},
-			{"iSCSI flags", []string{"iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix"}},
+			{"iSCSI flags", []string{"iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "host-mountinfo"}},
 			{"Metrics flags", []string{"metrics-address"}},
 			{"Logging flags", []string{"logging-format", "v", "vmodule"}},
 		},
@@ -159,7 +159,7 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
 		Policy: policy, Scope: iscsi.HealForeign, Disabled: disabled, Threshold: c.iscsiStuckThreshold,
 		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Targets: owner, Now: clk.Now,
-		Kicker: init, Prober: &iscsi.NetProber{},
+		Kicker: init, Prober: &iscsi.NetProber{}, Use: ns.use,
 	})
 	if err != nil {
 		return err

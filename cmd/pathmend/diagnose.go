@@ -15,6 +15,7 @@ import (
 
 	mount "k8s.io/mount-utils"
 
+	"github.com/pathmend/pathmend/pkg/blockuse"
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
@@ -75,7 +76,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	fl := c.newFlagSet()
 	sysRoot := fl.String("sys-root", "/sys", "root of the sysfs tree to read; must hold class/ and devices/")
 	stateDir := fl.String("state-dir", "/var/lib/pathmend", "directory of the staged-volume records (empty: none)")
-	mountInfo := fl.String("mountinfo", "/proc/self/mountinfo", "mount table with device numbers, to tell whether staged volumes are still on their devices (empty: do not check)")
+	mountInfo := fl.String("mountinfo", "/proc/self/mountinfo", "mount table with device numbers, to tell whether staged volumes are still on their devices and, with --plan, whether an iSCSI LUN is in use (from a container: the host's, /proc/1/mountinfo; empty: do not check, every LUN of a target no staged volume uses counts as in use)")
 	asJSON := fl.Bool("json", false, "print the report as JSON (docs/diagnose.md)")
 	plan := fl.Bool("plan", false, "also show what the heal policy would do right now (a dry run: no action, ever)")
 	grace := fl.Duration("heal-grace", heal.DefaultGrace, "with --plan: the connect grace the policy applies")
@@ -127,7 +128,11 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	rep.addRecords(listing)
 	// iSCSI defects follow the NVMe ones; the NVMe policy plans only its
 	// own, the iSCSI plan is the session heal's structural choice.
-	isd := diagnoseISCSI(snap, records, iscsiPlanConfig{Scope: iscsi.HealScope(*iscsiScope), Threshold: *iscsiThreshold})
+	pcfg := iscsiPlanConfig{Scope: iscsi.HealScope(*iscsiScope), Threshold: *iscsiThreshold}
+	if *mountInfo != "" {
+		pcfg.Use = blockuse.New(sys, blockuse.MountInfoFile(*mountInfo))
+	}
+	isd := diagnoseISCSI(snap, records, pcfg)
 	rep.ISCSI = isd.rep
 	rep.Defects = append(rep.Defects, isd.defects...)
 	var stagedPlan []planRep

@@ -31,6 +31,9 @@ const (
 type iscsiPlanConfig struct {
 	Scope     iscsi.HealScope
 	Threshold time.Duration
+	// Use reads whether a LUN's device is in use on the node (from
+	// --mountinfo); nil without a mount table.
+	Use iscsi.DeviceUse
 }
 
 // sessionDefects adds the defects of one session: SessionDown for a
@@ -196,7 +199,7 @@ func planSessionDown(snap *iscsi.Snapshot, s iscsi.Session, recs []volume.Record
 		p.Reason = fmt.Sprintf("out of scope: no staged volume uses target %s (heal scope %s)", s.TargetName, cfg.Scope)
 		return p
 	}
-	kick, why := iscsi.ChooseKick(snap, s, recs)
+	kick, why := iscsi.ChooseKick(snap, s, recs, cfg.Use)
 	th := heal.RoundDuration(cfg.Threshold)
 	p.Verdict = heal.Deferred
 	p.Reason = fmt.Sprintf("would choose %s once down ≥ %s with the portal continuously reachable for %s, refused while it is unreachable; "+

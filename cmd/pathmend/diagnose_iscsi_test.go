@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -169,26 +170,42 @@ func TestDiagnose_ISCSISessionDown(t *testing.T) {
 		fixture, state, iqn string
 		staged              bool
 		scope               string
+		mountinfo           string // a mount table's lines; "-" for none (--mountinfo "")
 		verdict             heal.Verdict
 		reason              string
 		volumes             []string
 	}{
-		{"iscsi-session-failed", "FAILED", "iqn.2024-01.io.pathmend.lab:failing", true, "staged", heal.Deferred,
+		{"iscsi-session-failed", "FAILED", "iqn.2024-01.io.pathmend.lab:failing", true, "staged", "", heal.Deferred,
 			"would choose restart-iscsid once down ≥ 45s", []string{"pv-failing"}},
-		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", true, "staged", heal.Deferred,
+		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", true, "staged", "", heal.Deferred,
 			"would choose logout-login once down ≥ 45s", []string{"pv-lost"}},
-		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", false, "staged", heal.Refused,
+		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", false, "staged", "", heal.Refused,
 			"out of scope: no staged volume uses target", nil},
-		// Scope all: a target pathmend did not stage counts as in use.
-		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", false, "all", heal.Deferred,
-			"would choose restart-iscsid", nil},
+		// Scope all: a target pathmend did not stage is in use as the node
+		// shows it; without a mount table it counts as in use.
+		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", false, "all", "-", heal.Deferred,
+			"would choose restart-iscsid once down ≥ 45s with the portal continuously reachable for 45s, refused while it is unreachable; diagnose does not probe the network, and time in state is measured by the running plugin; LUN 0: sdb has no other live path, and its target is not staged by pathmend (cannot tell who uses it)", nil},
+		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", false, "all", "", heal.Deferred,
+			"would choose logout-login once down ≥ 45s with the portal continuously reachable for 45s, refused while it is unreachable; diagnose does not probe the network, and time in state is measured by the running plugin; LUN 0 (sdb) is not in use: sdb is not held, mounted or bound anywhere on the node", nil},
+		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", false, "foreign", "36 25 8:16 / /mnt/app rw,relatime shared:1 - ext4 /dev/sdb rw\n", heal.Deferred,
+			"would choose restart-iscsid once down ≥ 45s with the portal continuously reachable for 45s, refused while it is unreachable; diagnose does not probe the network, and time in state is measured by the running plugin; LUN 0: sdb has no other live path and is in use on the node: sdb is mounted at /mnt/app", nil},
+		// A staged volume elsewhere, but the stuck disk mounted by someone.
+		{"iscsi-session-free", "FREE", "iqn.2024-01.io.pathmend.lab:lost", true, "staged", "37 25 0:5 /sdb /pods/p/dev rw - devtmpfs udev rw\n", heal.Deferred,
+			"LUN 0: sdb has no other live path and is in use on the node: the device node of sdb is bound at /pods/p/dev", []string{"pv-lost"}},
 	} {
 		t.Run(tc.fixture+"/"+tc.scope, func(t *testing.T) {
 			state := ""
 			if tc.staged {
 				state = iscsiStateDir(t, tc.fixture)
 			}
-			code, defects, plan, _ := diagnoseJSON(t, "--sys-root", sysRoot(t, tc.fixture), "--state-dir", state, "--heal-iscsi-scope", tc.scope)
+			mi := ""
+			if tc.mountinfo != "-" {
+				mi = filepath.Join(t.TempDir(), "mountinfo")
+				if err := os.WriteFile(mi, []byte(tc.mountinfo), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, defects, plan, _ := diagnoseJSON(t, "--sys-root", sysRoot(t, tc.fixture), "--state-dir", state, "--heal-iscsi-scope", tc.scope, "--mountinfo", mi)
 			if code != 1 || len(defects) != 1 {
 				t.Fatalf("exit %d, defects %+v", code, defects)
 			}

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/pathmend/pathmend/pkg/blockuse"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
@@ -26,6 +27,9 @@ type nodeSeams struct {
 	clk       clock.RealClock
 	owner     *intent.Owner
 	connector *fabrics.Connector
+	// use reads whether a block device is in use on the node, from sysfs
+	// and the host's mount table (--host-mountinfo).
+	use *blockuse.Reader
 }
 
 // newNodeSeams builds the seams from flags c.validate has accepted.
@@ -50,5 +54,15 @@ func newNodeSeams(c serveConfig) (*nodeSeams, error) {
 	return &nodeSeams{
 		mode: mode, store: store, metrics: m, policy: policy, sys: sys, clk: clk, owner: owner,
 		connector: fabrics.NewConnector(c.devRoot, sys),
+		use:       blockuse.New(sys, mountTable(c.hostMountInfo)),
 	}, nil
+}
+
+// mountTable reads the mount table at path; none when path is empty (then
+// every device counts as in use).
+func mountTable(path string) blockuse.MountTable {
+	if path == "" {
+		return nil
+	}
+	return blockuse.MountInfoFile(path)
 }

@@ -57,6 +57,7 @@ type serveConfig struct {
 	iscsiStuckThreshold   time.Duration
 	iscsidRestartCooldown time.Duration
 	noMultipathd          bool
+	hostMountInfo         string
 
 	intentTimeout time.Duration
 
@@ -89,6 +90,7 @@ func defaultServeConfig() serveConfig {
 		iscsiHealScope:        string(iscsi.HealStaged),
 		iscsiStuckThreshold:   iscsi.DefaultThreshold,
 		iscsidRestartCooldown: iscsi.DefaultRestartCooldown,
+		hostMountInfo:         "/proc/1/mountinfo",
 
 		intentTimeout: intent.DefaultTimeout,
 		foreign:       defaultCompanionFlags(),
@@ -124,6 +126,7 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.iscsiHealScope, "heal-iscsi-scope", c.iscsiHealScope, "iSCSI sessions the heal may kick: staged (targets of staged volumes) or all")
 	fs.DurationVar(&c.iscsiStuckThreshold, "iscsi-stuck-threshold", c.iscsiStuckThreshold, "how long a session must be down with its portal continuously reachable before it is kicked")
 	fs.DurationVar(&c.iscsidRestartCooldown, "iscsid-restart-cooldown", c.iscsidRestartCooldown, "at most one iscsid restart per node in this window (remembered in the state dir across restarts of pathmend)")
+	fs.StringVar(&c.hostMountInfo, "host-mountinfo", c.hostMountInfo, "the host's mount table, read when the iSCSI heal must choose between a relogin and the iscsid restart for a LUN's last path: a LUN mounted, held or bound on the node is in use (unreadable or empty: every such LUN is)")
 	fs.BoolVar(&c.noMultipathd, "no-multipathd", c.noMultipathd, "the node runs no multipathd: iSCSI attach uses one disk without waiting for a map")
 	fs.BoolVar(&c.healForeign, "heal-foreign", c.healForeign, "also heal the NVMe/TCP subsystems other drivers connected (companion mode's NVMe pass: learn, reconnect what the kernel gave up with --nvme-reconnect, repair with --nvme-repairs); iSCSI sessions of other drivers are --heal-iscsi-scope=all")
 	c.foreign.bindNVMe(fs)
@@ -220,7 +223,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
 		Policy: policy, Scope: iscsi.HealScope(c.iscsiHealScope), Threshold: c.iscsiStuckThreshold,
 		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Targets: owner, Now: clk.Now,
-		Kicker: healInit, Prober: &iscsi.NetProber{},
+		Kicker: healInit, Use: ns.use, Prober: &iscsi.NetProber{},
 	})
 	if err != nil {
 		return err

@@ -55,13 +55,15 @@ const (
 	// HealStaged kicks only sessions to targets of staged volumes.
 	HealStaged HealScope = "staged"
 	// HealAll kicks any session on the node. LUNs of targets pathmend did
-	// not stage count as in use (it cannot see who mounts them), so their
-	// last paths get an iscsid restart, never a logout.
+	// not stage are in use as the node shows them (HealerConfig.Use:
+	// mounted, held, bound), or, with no Use, always: their last paths
+	// then get an iscsid restart, never a logout.
 	HealAll HealScope = "all"
 	// HealForeign kicks only sessions of targets no staged-volume record
 	// names, in any state: companion mode beside a node plugin, which
-	// owns its own targets' sessions. Like all, their LUNs count as in
-	// use, and an absent portal of a staged volume is not its to log in.
+	// owns its own targets' sessions. As in all, their LUNs' use is read
+	// from the node, and an absent portal of a staged volume is not its
+	// to log in.
 	HealForeign HealScope = "foreign"
 )
 
@@ -139,6 +141,11 @@ type HealerConfig struct {
 	// portals of staged volumes that have no session (a session's own
 	// iface comes from sysfs); DefaultIface when empty.
 	Iface string
+	// Use reads whether a LUN's device (its map, or its disk) is in use
+	// on the node, for every target: the ladder's choice between a
+	// relogin and the restart (ChooseKick). When nil, a last path of a
+	// target no staged volume uses counts as in use.
+	Use DeviceUse
 	// Kicker runs logins, logouts and the restart. Required.
 	Kicker Kicker
 	// Prober checks portals. Required (&NetProber{} on a node).

@@ -111,7 +111,7 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 	r.Kick = KickLogin
 	if r.State != SessionAbsent {
 		s, _ := snap.Session(r.Session)
-		r.Kick, why = chooseKick(snap, s, recs, complete)
+		r.Kick, why = chooseKick(snap, s, recs, complete, h.cfg.Use)
 	}
 	// A restart bounces every session of the node: its budget is per node.
 	// Logins and relogins touch one node record: their cooldown is per

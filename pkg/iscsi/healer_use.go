@@ -8,27 +8,38 @@ import (
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
+// DeviceUse tells whether a block device is in use on the node: mounted,
+// held by a stacked device, its device node bound (a block volume's
+// publication). It fails closed: what it cannot read is in use.
+// *blockuse.Reader implements it.
+type DeviceUse interface {
+	InUse(dev string) (inUse bool, why string)
+}
+
 // ChooseKick is the heal ladder's structural choice for session s, a
 // session of snap that is out of LOGGED_IN: KickRelogin when logging it
 // out takes no device in use from its user (every LUN has another live
-// path through its multipath map, or no staged volume uses it), else
-// KickRestart. why says which LUN decided and how. records are the staged
-// volumes of any transport; only iSCSI ones count.
+// path through its multipath map, or nothing on the node and no staged
+// volume uses it), else KickRestart. why says which LUN decided and how.
+// records are the staged volumes of any transport; only iSCSI ones
+// count. use reads the node's own view of each device (nil: no view, and
+// a LUN of a target no staged volume uses counts as in use).
 //
 // It is the choice the SessionHealer makes once s has been down for its
 // threshold with the portal continuously reachable. It knows nothing of
 // time, reachability, cooldowns, scope or login rejections: those gates
 // come before it in the SessionHealer, and a caller without them (a
-// one-shot diagnosis) must say so. It reads only its arguments.
-func ChooseKick(snap *Snapshot, s Session, records []volume.Record) (k Kick, why string) {
-	return chooseKick(snap, s, iscsiRecords(records), true)
+// one-shot diagnosis) must say so. It reads only its arguments (and,
+// through use, the node).
+func ChooseKick(snap *Snapshot, s Session, records []volume.Record, use DeviceUse) (k Kick, why string) {
+	return chooseKick(snap, s, iscsiRecords(records), true, use)
 }
 
 // chooseKick is ChooseKick on iSCSI records; complete is false when some
 // staged-volume records could not be read: then an uncovered LUN counts
 // as in use, since an unreadable record may be its volume's.
-func chooseKick(snap *Snapshot, s Session, recs []volume.Record, complete bool) (k Kick, why string) {
-	inUse, why := lastPathInUse(snap, s, recs, complete)
+func chooseKick(snap *Snapshot, s Session, recs []volume.Record, complete bool, use DeviceUse) (k Kick, why string) {
+	inUse, why := lastPathInUse(snap, s, recs, complete, use)
 	if inUse {
 		return KickRestart, why
 	}
@@ -42,16 +53,25 @@ func chooseKick(snap *Snapshot, s Session, recs []volume.Record, complete bool) 
 //
 // A LUN's device is its dm-multipath map when multipathd holds its disk,
 // else the disk itself. A LUN is covered when another disk of its map is
-// a live path. An uncovered LUN is in use when its device has holders
-// (LVM, partitions stacked on it), or when a staged volume of the same
-// target and LUN uses that device. A staged volume uses the device its
-// record names; a record that names nothing, or something this LUN has no
-// name for, counts as using it (when in doubt, do not log out). A LUN of
-// a target no staged volume uses (heal scope all) counts as in use:
-// pathmend cannot see whether something it did not stage mounts it. So
-// does every uncovered LUN when the records are not complete (some could
-// not be read): the unreadable one may be its volume's.
-func lastPathInUse(snap *Snapshot, s Session, recs []volume.Record, complete bool) (inUse bool, why string) {
+// a live path. An uncovered LUN is in use, in this order, when
+//
+//   - its device has holders (LVM, kpartx partitions stacked on it);
+//   - the node shows it in use (use: mounted, a partition of it mounted or
+//     held, its device node bound), or use cannot tell — the same test for
+//     every target, whoever staged it;
+//   - some staged-volume records could not be read: the unreadable one
+//     may be its volume's;
+//   - its target is one no staged volume uses and there is no use to ask
+//     (pathmend cannot see whether something it did not stage mounts it);
+//   - a staged volume of the same target and LUN uses that device. A
+//     staged volume uses the device its record names; a record that names
+//     nothing, or something this LUN has no name for, counts as using it
+//     (when in doubt, do not log out).
+//
+// What the node cannot show is a plain open of the device node by a
+// process (pkg/blockuse): a LUN of another driver's volume that only a
+// process holds open, with no mount, holder or bind, reads as unused.
+func lastPathInUse(snap *Snapshot, s Session, recs []volume.Record, complete bool, use DeviceUse) (inUse bool, why string) {
 	var covered []string
 	for _, l := range s.LUNs {
 		if l.Disk == "" {
@@ -75,13 +95,25 @@ func lastPathInUse(snap *Snapshot, s Session, recs []volume.Record, complete boo
 		if len(holders) > 0 {
 			return true, fmt.Sprintf("LUN %d: %s has no other live path and is held by %s", l.Address.LUN, dev, strings.Join(holders, ","))
 		}
+		var nodeWhy string
+		if use != nil {
+			in, why := use.InUse(dev)
+			if in {
+				return true, fmt.Sprintf("LUN %d: %s has no other live path and is in use on the node: %s", l.Address.LUN, dev, why)
+			}
+			nodeWhy = why
+		}
 		if !complete {
 			return true, fmt.Sprintf("LUN %d: %s has no other live path, and some staged-volume records could not be read (cannot tell who uses it)", l.Address.LUN, dev)
 		}
-		mine := recordsOfLUN(recs, s.TargetName, l.Address.LUN)
 		if len(volumesOf(recs, s.TargetName)) == 0 {
-			return true, fmt.Sprintf("LUN %d: %s has no other live path, and its target is not staged by pathmend (cannot tell who uses it)", l.Address.LUN, dev)
+			if use == nil {
+				return true, fmt.Sprintf("LUN %d: %s has no other live path, and its target is not staged by pathmend (cannot tell who uses it)", l.Address.LUN, dev)
+			}
+			covered = append(covered, fmt.Sprintf("LUN %d (%s) is not in use: %s", l.Address.LUN, dev, nodeWhy))
+			continue
 		}
+		mine := recordsOfLUN(recs, s.TargetName, l.Address.LUN)
 		names := lunDeviceNames(snap, s.TargetName, l)
 		for _, r := range mine {
 			if recordUses(r.Device, dev, mapName, names) {
