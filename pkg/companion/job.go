@@ -179,36 +179,65 @@ func (n *NVMe) reconnect(ctx context.Context, host *nvme.Host, nqn string, e End
 	if ok, until, lastErr := n.ready(key, now); !ok {
 		return fmt.Sprintf("backed off until %s (%s)", until.Format(time.TimeOnly), lastErr), false
 	}
-	if err := n.connect(ctx, host, nqn, e); err != nil {
+	name, err := n.connect(ctx, host, nqn, e)
+	if err != nil {
 		until := n.failed(key, now, err)
 		klog.InfoS("Path not reconnected", "nqn", nqn, "endpoint", e.String(), "learned", true, "err", err.Error(), "retryAt", until.Format(time.RFC3339))
 		return err.Error(), false
 	}
 	n.succeeded(key)
+	n.markReconnected(nqn, e.Endpoint, name)
 	return "", true
 }
 
+// markReconnected records that endpoint ep of nqn has a live controller
+// again, name, which the connect just created: the kernel answers a
+// connect once the controller is live. Without it the endpoint would stay
+// given up until a tick read the new controller, and a controller someone
+// disconnected before that tick would read as given up again, and be
+// connected again, instead of as a disconnect.
+func (n *NVMe) markReconnected(nqn string, ep nvme.Endpoint, name nvme.ControllerName) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sub, ok := n.learned[nqn]
+	if !ok {
+		return
+	}
+	sub = sub.clone()
+	e := sub.endpoint(ep)
+	if e == nil {
+		return
+	}
+	e.Controller, e.GoneSince, e.TornDown, e.LastState = name, time.Time{}, false, nvme.StateLive
+	n.learned[nqn] = sub
+	n.persist([]string{nqn}, nil)
+	if n.connected == nil {
+		n.connected = map[string]uint64{}
+	}
+	n.connected[nqn+" "+ep.String()] = n.reads
+}
+
 // connect probes the endpoint, then connects it within ConnectTimeout.
-func (n *NVMe) connect(ctx context.Context, host *nvme.Host, nqn string, e Endpoint) error {
+func (n *NVMe) connect(ctx context.Context, host *nvme.Host, nqn string, e Endpoint) (nvme.ControllerName, error) {
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.ConnectTimeout)
 	defer cancel()
 	if err := n.deps.Prober.Reachable(cctx, net.JoinHostPort(e.Traddr, e.Trsvcid)); err != nil {
-		return fmt.Errorf("unreachable: %w", err)
+		return "", fmt.Errorf("unreachable: %w", err)
 	}
 	o := e.Options(nqn)
 	if e.Params.DHCHAP {
 		s := nvme.SiblingSecrets(n.deps.SysFS, host, nqn)
 		if s.DHCHAPSecret == "" {
-			return errNoSecret
+			return "", errNoSecret
 		}
 		o.DHCHAPSecret, o.DHCHAPCtrlSecret = s.DHCHAPSecret, s.DHCHAPCtrlSecret
 	}
 	r, err := n.deps.Connector.Connect(cctx, o)
 	if err != nil {
-		return err
+		return "", err
 	}
 	klog.InfoS("Reconnected path", "nqn", nqn, "endpoint", e.String(), "learned", true, "controller", r.Name(), "options", o.String())
-	return nil
+	return nvme.ControllerName(r.Name()), nil
 }
 
 // strand adds to d's co-tenants every namespace of the subsystem the

@@ -70,6 +70,14 @@ type Event struct {
 // gone for forgetAfter or longer, is forgotten. changed lists the
 // subsystems to write, forgotten the ones to delete, both in NQN order.
 func Learn(prev map[string]Subsystem, seen map[string][]Sighting, forgetAfter time.Duration, now time.Time) (next map[string]Subsystem, changed, forgotten []string, events []Event) {
+	return learn(prev, seen, nil, forgetAfter, now)
+}
+
+// learn is Learn with hold: endpoints ("nqn endpoint") companion mode
+// connected again after the sightings were read. One of them missing
+// from seen is left as it is: the read may have come before its new
+// controller, which the connect recorded live; the next read decides.
+func learn(prev map[string]Subsystem, seen map[string][]Sighting, hold map[string]bool, forgetAfter time.Duration, now time.Time) (next map[string]Subsystem, changed, forgotten []string, events []Event) {
 	next = make(map[string]Subsystem, len(prev)+len(seen))
 	nqns := sortedNQNs(prev)
 	for n := range seen {
@@ -82,7 +90,7 @@ func Learn(prev map[string]Subsystem, seen map[string][]Sighting, forgetAfter ti
 		old, had := prev[nqn]
 		sub := old.clone()
 		sub.NQN, sub.Version = nqn, LearnedVersion
-		evs := learnSubsystem(&sub, seen[nqn], now)
+		evs := learnSubsystem(&sub, seen[nqn], hold, now)
 		if why := forget(&sub, forgetAfter, now); why != "" {
 			if had {
 				evs = append(evs, Event{Kind: Forgotten, NQN: nqn, Reason: why})
@@ -102,7 +110,7 @@ func Learn(prev map[string]Subsystem, seen map[string][]Sighting, forgetAfter ti
 }
 
 // learnSubsystem updates sub's endpoints from one read's sightings.
-func learnSubsystem(sub *Subsystem, sightings []Sighting, now time.Time) []Event {
+func learnSubsystem(sub *Subsystem, sightings []Sighting, hold map[string]bool, now time.Time) []Event {
 	var evs []Event
 	present := map[nvme.Endpoint]bool{}
 	for _, s := range sightings {
@@ -137,7 +145,7 @@ func learnSubsystem(sub *Subsystem, sightings []Sighting, now time.Time) []Event
 	}
 	kept := sub.Endpoints[:0]
 	for _, e := range sub.Endpoints {
-		if present[e.Endpoint] {
+		if present[e.Endpoint] || hold[sub.NQN+" "+e.String()] {
 			kept = append(kept, e)
 			continue
 		}

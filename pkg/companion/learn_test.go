@@ -201,3 +201,21 @@ func TestLearn_BoundsTheEndpoints(t *testing.T) {
 		t.Errorf("last event %v, want %v", k, Full)
 	}
 }
+
+// TestLearn_HoldsAnEndpointConnectedAfterTheRead: an endpoint companion
+// mode connected again (recorded live) after a read began may be missing
+// from that read; held, it is neither forgotten nor given up. The next
+// read, without the hold, decides: missing then, it was disconnected.
+func TestLearn_HoldsAnEndpointConnectedAfterTheRead(t *testing.T) {
+	state, _ := learnSteps([]Sighting{ctrl("nvme0", "10.0.0.1", nvme.StateLive), ctrl("nvme1", "10.0.0.2", nvme.StateLive)})
+	seen := map[string][]Sighting{nqnX: {ctrl("nvme0", "10.0.0.1", nvme.StateLive)}}
+	hold := map[string]bool{nqnX + " " + ep("10.0.0.2").String(): true}
+	next, changed, forgotten, evs := learn(state, seen, hold, time.Hour, t0.Add(time.Second))
+	if len(evs)+len(changed)+len(forgotten) != 0 || len(next[nqnX].Endpoints) != 2 || !next[nqnX].Endpoints[1].GoneSince.IsZero() {
+		t.Errorf("held: events %v changed %v forgotten %v endpoints %+v; want it kept as it was", kinds(evs), changed, forgotten, next[nqnX].Endpoints)
+	}
+	_, _, _, evs = learn(next, seen, nil, time.Hour, t0.Add(2*time.Second))
+	if diff := cmp.Diff([]string{"disconnected tcp 10.0.0.2:4420"}, kinds(evs)); diff != "" {
+		t.Errorf("the next read (-want +got):\n%s", diff)
+	}
+}

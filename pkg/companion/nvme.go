@@ -107,6 +107,12 @@ type NVMe struct {
 	blocked map[string]Unreadable // NQN → its unreadable learned file
 	back    map[string]backoff    // "nqn endpoint" → connect backoff
 	gate    *heal.LogGate
+	// reads counts the tick's sysfs reads; connected holds, per endpoint
+	// a job connected again ("nqn endpoint"), the count when the connect
+	// returned: a read with a count not above it may have begun before
+	// the controller existed (see learn's hold).
+	reads     uint64
+	connected map[string]uint64
 
 	resMu sync.Mutex
 	done  []jobResult
@@ -200,6 +206,10 @@ func (n *NVMe) Run(ctx context.Context) TickReport {
 		return rep
 	}
 	own := ownerOf(l)
+	n.mu.Lock()
+	n.reads++
+	read := n.reads
+	n.mu.Unlock()
 	host, err := n.reader.Read()
 	if err != nil {
 		klog.ErrorS(err, "Read NVMe state failed; skipping this tick's companion NVMe pass")
@@ -216,7 +226,7 @@ func (n *NVMe) Run(ctx context.Context) TickReport {
 			klog.InfoS("Learned subsystem handed to the node plugin: a staged-volume record names it", "nqn", nqn)
 		}
 	}
-	next, changed, forgotten, events := Learn(n.learned, seen, n.cfg.ForgetAfter, n.deps.Clock.Now())
+	next, changed, forgotten, events := learn(n.learned, seen, n.held(read), n.cfg.ForgetAfter, n.deps.Clock.Now())
 	n.learned = next
 	n.persist(changed, forgotten)
 	learned := make(map[string]Subsystem, len(next))
@@ -269,6 +279,24 @@ func (n *NVMe) Run(ctx context.Context) TickReport {
 	}
 	n.collect(&rep)
 	return rep
+}
+
+// held returns the endpoints a job connected again after read began,
+// which read may have missed, and forgets those every later read sees.
+// Call with mu held.
+func (n *NVMe) held(read uint64) map[string]bool {
+	var out map[string]bool
+	for key, at := range n.connected {
+		if at < read {
+			delete(n.connected, key)
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[key] = true
+	}
+	return out
 }
 
 // sightings lists the controllers of every subsystem companion mode may

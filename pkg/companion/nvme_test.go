@@ -15,6 +15,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -172,6 +173,38 @@ func TestNVMe_ReconnectsAGivenUpEndpointWithTheLearnedOptions(t *testing.T) {
 	before = len(r.k.Calls())
 	if rep = r.tick(); len(rep.Connects)+len(rep.Skipped) != 0 || len(r.callsSince(before)) != 0 {
 		t.Errorf("after the reconnect: %+v calls %v", rep, r.callsSince(before))
+	}
+}
+
+// TestNVMe_ADisconnectRightAfterAReconnectIsADisconnect: a controller
+// companion mode connected again is live from the moment the connect
+// returns. The driver disconnecting it before any tick saw it is a
+// disconnect (forgotten), not another give-up to connect again.
+func TestNVMe_ADisconnectRightAfterAReconnectIsADisconnect(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, Actions{NVMeReconnect: true})
+	r.attach(t, nqnF)
+	r.tick()
+	r.giveUp()
+	r.k.SetUnreachable("127.0.0.2:4420", false)
+	r.down.Store(false)
+	if rep := r.tick(); !cmp.Equal(rep.Connects, []string{nqnF + " tcp 127.0.0.2:4420"}) {
+		t.Fatalf("connects %v skipped %v", rep.Connects, rep.Skipped)
+	}
+	e := r.n.Learned()[0].Endpoints[1]
+	if e.LastState != nvme.StateLive || !e.GoneSince.IsZero() || e.Controller == "" {
+		t.Fatalf("after the reconnect, before a tick saw it: %+v, want live and present", e)
+	}
+	if err := r.k.Disconnect(string(e.Controller)); err != nil {
+		t.Fatal(err)
+	}
+	before := len(r.k.Calls())
+	rep := r.tick()
+	r.tick()
+	if calls := r.callsSince(before); len(calls) != 0 {
+		t.Errorf("calls after the driver's disconnect: %v", calls)
+	}
+	if len(rep.Events) != 1 || rep.Events[0].Kind != Disconnected {
+		t.Errorf("events %v, want one disconnected", rep.Events)
 	}
 }
 
