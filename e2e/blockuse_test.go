@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,9 +25,10 @@ func TestBlockUse_ReadsMountsHoldersAndBindsOfARealDisk(t *testing.T) {
 	l := needLab(t)
 	dir := t.TempDir()
 	img := filepath.Join(dir, "disk.img")
-	loop := l.sh(t, `truncate -s 64M `+img+`
-printf 'label: dos\n,32M,L\n,,L\n' | sfdisk -q `+img+` >/dev/null
-basename "$(losetup -f -P --show `+img+`)"`)
+	if err := os.WriteFile(img, twoPartitionDisk(16<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loop := l.sh(t, `basename "$(losetup -f -P --show `+img+`)"`)
 	t.Cleanup(func() {
 		l.trySh(t, time.Minute, `umount -q `+dir+`/m 2>/dev/null; umount -q `+dir+`/b 2>/dev/null; dmsetup remove pathmend-blockuse 2>/dev/null; losetup -d /dev/`+loop+` || true`)
 	})
@@ -76,4 +78,22 @@ basename "$(readlink -f /dev/mapper/pathmend-blockuse)"`)
 
 	// Unreadable: a device that is not there counts as in use.
 	check("sdzz", true, "cannot tell")
+}
+
+// twoPartitionDisk is a disk image of size bytes with an MBR
+// holding two Linux partitions: 8 MiB from sector 2048, and the rest.
+// (The guest has no partitioning tool.)
+func twoPartitionDisk(size int) []byte {
+	b := make([]byte, size)
+	sectors := uint32(size / 512)
+	entry := func(i int, start, n uint32) {
+		e := b[446+16*i:]
+		e[4] = 0x83 // Linux
+		binary.LittleEndian.PutUint32(e[8:], start)
+		binary.LittleEndian.PutUint32(e[12:], n)
+	}
+	entry(0, 2048, 16384)
+	entry(1, 2048+16384, sectors-2048-16384)
+	b[510], b[511] = 0x55, 0xaa
+	return b
 }
