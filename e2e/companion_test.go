@@ -403,6 +403,10 @@ func TestCompanion_KicksAForeignStuckSessionBackToLoggedIn(t *testing.T) {
 	if k := verdictField(repaired, "kick"); k != string(iscsi.KickRestart) {
 		t.Errorf("kick %q, want %s: the session is the last path of a mounted map", k, iscsi.KickRestart)
 	}
+	// In use as the node shows it: the other driver's mount.
+	if why := verdictField(repaired, "reason"); !strings.Contains(why, "is in use on the node: ") || !strings.Contains(why, " is mounted at "+mnt) {
+		t.Errorf("reason %q, want the node's view: mounted at %s", why, mnt)
+	}
 	after, ok := sessionTo(t, sys, iqn, proxyPortal)
 	if !ok || !after.State.LoggedIn() || after.ID != before.ID {
 		t.Errorf("session after the heal: %+v, want %s LOGGED_IN", after, before.ID)
