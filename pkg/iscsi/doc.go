@@ -61,6 +61,16 @@
 // is never parsed. CHAP secrets travel in iscsiadm's argv (it reads values
 // nowhere else) and are redacted from every log line and error.
 //
+// # In use
+//
+// The heal's ladder (ChooseKick) logs a session out only when no LUN of
+// it loses a device in use: every LUN has another live path in its
+// multipath map, or its device is in use neither on the node (a
+// DeviceUse, *blockuse.Reader on a node: mounted, held, its device node
+// bound; unreadable counts as in use) nor by a staged volume. The same
+// test applies to every target, staged or foreign; without a DeviceUse a
+// LUN of a target no staged volume uses counts as in use.
+//
 // # What the heal owes and reports
 //
 // A logout + login whose login fails leaves its node record without a
