@@ -28,7 +28,9 @@ func TestBlockUse_ReadsMountsHoldersAndBindsOfARealDisk(t *testing.T) {
 	if err := os.WriteFile(img, twoPartitionDisk(16<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	loop := l.sh(t, `basename "$(losetup -f -P --show `+img+`)"`)
+	loop := l.sh(t, `modprobe loop
+d=$(losetup -f -P --show `+img+`)
+basename "$d"`)
 	t.Cleanup(func() {
 		l.trySh(t, time.Minute, `umount -q `+dir+`/m 2>/dev/null; umount -q `+dir+`/b 2>/dev/null; dmsetup remove pathmend-blockuse 2>/dev/null; losetup -d /dev/`+loop+` || true`)
 	})
