@@ -389,6 +389,12 @@ func TestCompanion_KicksAForeignStuckSessionBackToLoggedIn(t *testing.T) {
 	if lines := append(obs.lines(t, "Kicking iSCSI session"), obs.lines(t, "Restarting iscsid")...); len(lines) > 0 {
 		t.Errorf("observe mode kicked:\n%s", strings.Join(lines, "\n"))
 	}
+	// The choice comes from the node's view: the other driver's mount.
+	for _, line := range obs.lines(t, `"iSCSI session verdict"`, `verdict="observed"`, proxyPortal) {
+		if why := verdictField(line, "reason"); !strings.Contains(why, "would restart-iscsid") || !strings.Contains(why, "is in use on the node: ") || !strings.Contains(why, " is mounted at "+mnt) {
+			t.Errorf("observed reason %q, want restart-iscsid for a LUN mounted at %s", why, mnt)
+		}
+	}
 
 	rep := startCompanion(t, l, dir, "--heal=repair", "--iscsid-restart", "--iscsi-relogin", "--iscsi-stuck-threshold=10s", restart)
 	var repaired string
@@ -402,10 +408,6 @@ func TestCompanion_KicksAForeignStuckSessionBackToLoggedIn(t *testing.T) {
 	t.Logf("repaired: %s", repaired)
 	if k := verdictField(repaired, "kick"); k != string(iscsi.KickRestart) {
 		t.Errorf("kick %q, want %s: the session is the last path of a mounted map", k, iscsi.KickRestart)
-	}
-	// In use as the node shows it: the other driver's mount.
-	if why := verdictField(repaired, "reason"); !strings.Contains(why, "is in use on the node: ") || !strings.Contains(why, " is mounted at "+mnt) {
-		t.Errorf("reason %q, want the node's view: mounted at %s", why, mnt)
 	}
 	after, ok := sessionTo(t, sys, iqn, proxyPortal)
 	if !ok || !after.State.LoggedIn() || after.ID != before.ID {

@@ -193,3 +193,28 @@ func TestInUse_OnLabCaptures(t *testing.T) {
 		}
 	}
 }
+
+// TestInUse_OnTheLabsMountTable: the host mount table the lab's e2e test
+// (TestBlockUse_ReadsMountsHoldersAndBindsOfARealDisk) kept while the
+// second partition of its loop disk was mounted, over a tree with the
+// numbers the kernel gave them there (loop0 7:0, loop0p1 259:2, loop0p2
+// 259:3).
+func TestInUse_OnTheLabsMountTable(t *testing.T) {
+	tr := newTree(t)
+	tr.disk("loop0", "7:0")
+	tr.part("loop0", "loop0p1", "259:2")
+	tr.part("loop0", "loop0p2", "259:3")
+	tr.disk("loop1", "7:1")
+	r := New(tr.fs(), MountInfoFile("testdata/lab-mountinfo"))
+	for dev, want := range map[string]struct {
+		in  bool
+		why string
+	}{
+		"loop0": {true, "loop0p2 is mounted at /tmp/TestBlockUse_ReadsMountsHoldersAndBindsOfARealDisk2531401548/001/m"},
+		"loop1": {false, "loop1 is not held, mounted or bound anywhere on the node"},
+	} {
+		if in, why := r.InUse(dev); in != want.in || why != want.why {
+			t.Errorf("InUse(%s) = %v, %q; want %v, %q", dev, in, why, want.in, want.why)
+		}
+	}
+}
