@@ -24,7 +24,12 @@ const sampleEvery = 250 * time.Millisecond
 // observe samples the kernel until ctx ends.
 func (s *soak) observe(ctx context.Context) {
 	sys := sysfs.New("/sys")
-	nr, ir := nvme.NewReader(sys, nvme.ScopeAll), iscsi.NewReader(sys)
+	// The paths scope is all a sample needs, and it reads a controller's
+	// address once, when it is first live, where the full scope reads it
+	// on every sample while the controller is live: each read of address
+	// is a chance to meet the 6.1 kernel's nvme_tcp_get_address oops if
+	// the controller starts a reset at that moment.
+	nr, ir := nvme.NewReader(sys, nvme.ScopePaths), iscsi.NewReader(sys)
 	var specs []observe.VolumeSpec
 	for _, v := range s.vols {
 		specs = append(specs, v.spec)
