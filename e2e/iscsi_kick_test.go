@@ -150,7 +150,11 @@ multipathd_start
 	_, sessionBack := sessionTo(t, sys, iqn, portalB)
 	t.Logf("measured: NVMe controller %s deleted %s into the kick, reconnected as %s %s later (iSCSI session through %s present: %t)",
 		ctrl, deleted.Sub(loggedOut).Round(100*time.Millisecond), back, reconnected.Round(10*time.Millisecond), portalB, sessionBack)
-	if reconnected > 5*time.Second {
+	// The property is that the kick does not hold the NVMe heal back:
+	// the path is back before the kick's login gives up (asserted below).
+	// This bound only catches a reconnect that waited for something else;
+	// it leaves room for ticks that run late in a loaded TCG guest.
+	if reconnected > 15*time.Second {
 		t.Errorf("the NVMe path came back %s after its controller was deleted, want within a few 1 s ticks while the kick runs", reconnected)
 	}
 

@@ -90,15 +90,18 @@ func TestISCSI_ServedHealKicksAStuckSessionOfAStagedVolume(t *testing.T) {
 	if s := verdictField(repaired, "session"); s != stuck.ID.String() {
 		t.Errorf("repaired session %s, want %s", s, stuck.ID)
 	}
-	// Within the threshold plus one tick, on pathmend's own clock (its
+	// Within the threshold plus a few ticks, on pathmend's own clock (its
 	// clocks start at its first look, one tick after it started): the
 	// report's downFor is the session's time down when the kick was
 	// decided; a second tick of slack for a tick that ran late under load.
 	if d, err := time.ParseDuration(verdictField(repaired, "reachableFor")); err != nil || d < 10*time.Second {
 		t.Errorf("kicked with the portal reachable for %q, want at least the 10s threshold", verdictField(repaired, "reachableFor"))
 	}
-	if d, err := time.ParseDuration(verdictField(repaired, "downFor")); err != nil || d > 12*time.Second {
-		t.Errorf("kicked %q after pathmend first saw the session down, want within the 10s threshold + 1s tick (+1s slack)", verdictField(repaired, "downFor"))
+	// The slack (5 ticks) is for ticks that run late in a loaded TCG
+	// guest; a kick that waited for anything else (a cooldown, a second
+	// threshold) comes far later.
+	if d, err := time.ParseDuration(verdictField(repaired, "downFor")); err != nil || d > 15*time.Second {
+		t.Errorf("kicked %q after pathmend first saw the session down, want within the 10s threshold + a few 1s ticks", verdictField(repaired, "downFor"))
 	}
 	back := v.session(t, proxyPortal)
 	if !back.State.LoggedIn() || back.ID == stuck.ID {

@@ -241,8 +241,11 @@ func TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn(t *testing.T) {
 	at := time.Date(restored.Year(), reconnected.At.Month(), reconnected.At.Day(), reconnected.At.Hour(), reconnected.At.Minute(), reconnected.At.Second(), reconnected.At.Nanosecond(), time.Local)
 	took := at.Sub(restored)
 	t.Logf("measured: reconnected %s after the port returned (monitor interval 1s, +20%% jitter); %s", took.Round(10*time.Millisecond), reconnected.Raw)
-	if took > 4*time.Second {
-		t.Errorf("reconnected %s after the port returned, want within two ticks", took)
+	// A few ticks: the monitor's interval is 1 s, and ticks run late in a
+	// loaded TCG guest; a reconnect held back by a backoff or a cooldown
+	// comes far later.
+	if took > 10*time.Second {
+		t.Errorf("reconnected %s after the port returned, want within a few ticks", took)
 	}
 	eventually(t, 30*time.Second, "the reconnected path live", func() bool {
 		return len(volumeHealth(t, node, "vol-mon")) == 0

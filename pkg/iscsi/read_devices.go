@@ -243,6 +243,14 @@ func (p *pass) multipathMap(name string) (MultipathMap, bool, error) {
 	}
 	if mm.uuid == "" {
 		if err := text(d, "dm/uuid", &mm.uuid); err != nil {
+			// The kernel removes a map's dm/ directory before its block
+			// device (cleanup_mapped_device: dm_sysfs_exit, then
+			// del_gendisk), and registers it only at the first table
+			// load: a dm device without dm/ is being removed or has no
+			// table, so it holds no disk. It is read again next time.
+			if _, serr := d.Stat("dm"); sysfs.IsNotExist(err) && sysfs.IsNotExist(serr) {
+				return MultipathMap{}, false, nil
+			}
 			return MultipathMap{}, false, err
 		}
 	}

@@ -156,6 +156,36 @@ func TestRead_MissingRequiredAttributeIsAnErrorNamingItsPath(t *testing.T) {
 	}
 }
 
+// A dm device whose dm/ directory is gone is being removed (the kernel
+// removes dm/ before the block device) or has no table yet: it is no map
+// of any disk and not an error, and it is read again on the next pass.
+// (Seen in the lab: a map removed while the reader walked block/.)
+func TestRead_ADMDeviceWithoutItsDMDirectoryIsSkipped(t *testing.T) {
+	fsys, dir := tree(t, twoPortals())
+	r := NewReader(fsys)
+	if got, err := r.Read(t0); err != nil || len(got.Maps) != 1 {
+		t.Fatalf("Read = %v, %v; want the one map", got, err)
+	}
+	dm := filepath.Join(dir, "block/dm-0/dm")
+	saved := t.TempDir()
+	if err := os.Rename(dm, filepath.Join(saved, "dm")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Read(t0)
+	if err != nil {
+		t.Fatalf("Read without dm/ = %v, want no error", err)
+	}
+	if len(got.Maps) != 0 {
+		t.Fatalf("maps without dm/ = %+v, want none", got.Maps)
+	}
+	if err := os.Rename(filepath.Join(saved, "dm"), dm); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Read(t0); err != nil || len(got.Maps) != 1 || got.Maps[0].Device != "dm-0" {
+		t.Fatalf("Read with dm/ back = %v, %v; want dm-0", got, err)
+	}
+}
+
 func TestRead_BadValuesAreErrors(t *testing.T) {
 	for rel, val := range map[string]string{
 		"class/iscsi_connection/connection1:0/persistent_port": "99999\n",
