@@ -121,6 +121,14 @@ func storageLine(msg string) bool {
 	if report.KernelCrash(msg) {
 		return true
 	}
+	// The first lines of a kernel warning or a hung-task report, so that
+	// a stack trace in the timeline says what it is (a run saw one in
+	// iscsid's session removal whose header was left out).
+	for _, p := range []string{"WARNING: ", "INFO: task ", "RIP: "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
 	for _, p := range []string{"EXT4", "JBD2", "Buffer I/O", "I/O error", "device-mapper", "nvme", "session", "connection", "sd ", "scsi"} {
 		if strings.Contains(msg, p) {
 			return true
