@@ -32,14 +32,15 @@ func boundMessage(s string, limit int) string {
 }
 
 // joinBounded joins msgs with "; " into at most maxHealthMessageBytes:
-// whole messages while they fit, then "and N more volumes" for the
-// rest. A first message too long on its own is cut.
+// whole messages while they fit, then "and N more" for the rest (the
+// messages are volumes' or node conditions of one status and reason). A
+// first message too long on its own is cut.
 func joinBounded(msgs []string) string {
 	const sep = "; "
 	if full := strings.Join(msgs, sep); len(full) <= maxHealthMessageBytes {
 		return full
 	}
-	more := func(n int) string { return fmt.Sprintf("%sand %d more volumes", sep, n) }
+	more := func(n int) string { return fmt.Sprintf("%sand %d more", sep, n) }
 	var b strings.Builder
 	n := 0
 	for i, m := range msgs {

@@ -48,17 +48,17 @@ func TestJoinBounded_NamesWhatFitsAndCountsTheRest(t *testing.T) {
 		}},
 		{"40 volumes: whole messages, then the count", many, func(t *testing.T, got string) {
 			named := strings.Count(got, "(volume ")
-			if !strings.HasSuffix(got, "; and "+strconv.Itoa(40-named)+" more volumes") || named == 0 || named >= 40 {
+			if !strings.HasSuffix(got, "; and "+strconv.Itoa(40-named)+" more") || named == 0 || named >= 40 {
 				t.Errorf("got %d named volumes and the tail %q", named, got[max(0, len(got)-40):])
 			}
-			for _, part := range strings.Split(strings.TrimSuffix(got, "; and "+strconv.Itoa(40-named)+" more volumes"), "; ") {
+			for _, part := range strings.Split(strings.TrimSuffix(got, "; and "+strconv.Itoa(40-named)+" more"), "; ") {
 				if !strings.HasSuffix(part, "paths live") {
 					t.Errorf("a named volume's message was cut: %q", part)
 				}
 			}
 		}},
 		{"a first message too long alone is cut", []string{strings.Repeat("é", 2000), "b"}, func(t *testing.T, got string) {
-			if !strings.HasSuffix(got, cutMark+"; and 1 more volumes") {
+			if !strings.HasSuffix(got, cutMark+"; and 1 more") {
 				t.Errorf("tail %q", got[max(0, len(got)-40):])
 			}
 		}},

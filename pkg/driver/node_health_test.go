@@ -64,7 +64,7 @@ func TestHealth_MessagesFitWhatKubernetesKeeps(t *testing.T) {
 		t.Errorf("storage health message: %d bytes, valid UTF-8 %v", len(m), utf8.ValidString(m))
 	}
 	named := strings.Count(m, "(volume vol-")
-	if !strings.HasSuffix(m, fmt.Sprintf("; and %d more volumes", volumes-named)) {
+	if !strings.HasSuffix(m, fmt.Sprintf("; and %d more", volumes-named)) {
 		t.Errorf("storage health message names %d volumes and does not count the other %d: …%s", named, volumes-named, m[max(0, len(m)-60):])
 	}
 }

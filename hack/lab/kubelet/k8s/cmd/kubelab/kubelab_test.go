@@ -271,3 +271,49 @@ func TestRPCFailures_NotFoundBeforeStagingIsNoFailure(t *testing.T) {
 		t.Errorf("failures before `from` counted: %q", l.cur.Failures)
 	}
 }
+
+// What the restarted kubelet sent in the lab: reconstruction marks every
+// mount uncertain, so each volume is staged and each pod published again.
+func TestNotRedone_NamesTheStagesAndPublishesStillOwed(t *testing.T) {
+	req := func(vol, target string) string {
+		return `{"volume_id":"` + vol + `","target_path":"` + target + `"}`
+	}
+	targets := map[string]string{"/pods/a/mount": "fs", "/pods/b/mount": "fs", "/publish/blk/c": "blk"}
+	rpcs := []RPC{
+		{Method: "NodeStageVolume", VolumeID: "fs", Request: req("fs", ""), Done: 2},
+		{Method: "NodeStageVolume", VolumeID: "blk", Request: req("blk", ""), Done: 3, Error: "rpc error: code = Internal desc = x"},
+		{Method: "NodeStageVolume", VolumeID: "iscsi", Request: req("iscsi", "")}, // still running
+		{Method: "NodePublishVolume", VolumeID: "fs", Request: req("fs", "/pods/a/mount")},
+		{Method: "NodePublishVolume", VolumeID: "blk", Request: req("blk", "/publish/blk/c"), Error: "rpc error: code = Internal desc = x"},
+	}
+	want := []string{
+		"NodeStageVolume blk",
+		"NodeStageVolume iscsi",
+		"NodePublishVolume fs at /pods/b/mount",
+		"NodePublishVolume blk at /publish/blk/c",
+	}
+	if diff := cmp.Diff(want, notRedone(rpcs, []string{"fs", "blk", "iscsi"}, targets)); diff != "" {
+		t.Errorf("notRedone (-want +got):\n%s", diff)
+	}
+	done := append(rpcs,
+		RPC{Method: "NodeStageVolume", VolumeID: "blk", Request: req("blk", ""), Done: 9},
+		RPC{Method: "NodeStageVolume", VolumeID: "iscsi", Request: req("iscsi", ""), Done: 10},
+		RPC{Method: "NodePublishVolume", VolumeID: "fs", Request: req("fs", "/pods/b/mount")},
+		RPC{Method: "NodePublishVolume", VolumeID: "blk", Request: req("blk", "/publish/blk/c")},
+	)
+	if got := notRedone(done, []string{"fs", "blk", "iscsi"}, targets); len(got) != 0 {
+		t.Errorf("notRedone = %q, want nothing owed", got)
+	}
+}
+
+func TestLinesWith_EverySubstring(t *testing.T) {
+	lines := []string{
+		`{"msg":"iSCSI session verdict","portal":"127.0.0.3:3260","result":"LOGGED_IN"}`,
+		`{"msg":"iSCSI session verdict","portal":"127.0.0.3:3260","verdict":"wait"}`,
+		`{"msg":"iSCSI session verdict","portal":"127.0.0.1:3260","result":"LOGGED_IN"}`,
+	}
+	got := linesWith(lines, `"portal":"127.0.0.3:3260"`, `"result":"LOGGED_IN"`)
+	if diff := cmp.Diff(lines[:1], got); diff != "" {
+		t.Errorf("linesWith (-want +got):\n%s", diff)
+	}
+}

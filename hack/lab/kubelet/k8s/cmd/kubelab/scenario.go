@@ -64,6 +64,16 @@ func labVolumes() []Volume {
 	}
 }
 
+// handleOf is the volume ID of the lab's PV named pv.
+func handleOf(pv string) string {
+	for _, v := range labVolumes() {
+		if v.Name == pv {
+			return v.Handle
+		}
+	}
+	return ""
+}
+
 // The pods and the volume each one uses.
 var (
 	podNVMeFS    = "writer-nvme-fs"
@@ -428,9 +438,28 @@ func (l *Lab) nvmeHeal() error {
 		return err
 	}
 	c, _ := l.nvmeController(nvmeB)
+	// The kernel deleted the controller and never reconnects one it has
+	// deleted: pathmend must have.
+	reconnects := linesWith(l.pathmendLines("Reconnected path"), `"endpoint":"`+nvmeB+`"`)
+	l.check(len(reconnects) > 0, "%s is live again but pathmend logged no \"Reconnected path\" to it", nvmeB)
 	l.note("%s live to %s %.1fs after the port came back; pathmend: %s", c, nvmeB, time.Since(t0).Seconds(),
-		strings.Join(l.pathmendLines("Reconnected path"), " | "))
+		strings.Join(reconnects, " | "))
 	return l.expectHealthy([]string{podNVMeFS, podNVMeBlock}, nqn, t0)
+}
+
+// linesWith returns the lines that contain every one of subs.
+func linesWith(lines []string, subs ...string) []string {
+	var out []string
+next:
+	for _, line := range lines {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // pathmendLines returns pathmend's log lines (JSON) whose msg is msg.
@@ -492,8 +521,12 @@ func (l *Lab) iscsiHeal() error {
 	}); err != nil {
 		return err
 	}
+	// iscsid never brings a #387-stuck session back by itself: pathmend
+	// must have kicked it.
+	kicks := linesWith(l.pathmendLines("iSCSI session verdict"), `"portal":"`+proxied+`"`, `"result":"LOGGED_IN"`)
+	l.check(len(kicks) > 0, "the session through %s is LOGGED_IN again but pathmend logged no verdict that brought it back", proxied)
 	l.note("session through %s LOGGED_IN %.1fs into this step; pathmend: %s", proxied, time.Since(t0).Seconds(),
-		strings.Join(l.pathmendLines("iSCSI session verdict"), " | "))
+		strings.Join(kicks, " | "))
 	return l.expectHealthy([]string{podISCSI}, iqn, t0)
 }
 
@@ -517,9 +550,20 @@ func (l *Lab) secondPod(handle string) error {
 		return err
 	}
 	want := publishPath("nvme-fs", string(p.UID), false)
+	// kubelet publishes the second pod from the staging mount it already
+	// has: the same staging path as the first pod's.
+	var staging string
+	for _, r := range calls(before, "NodeStageVolume", handle) {
+		if r.Done > 0 && r.Error == "" {
+			staging = r.Field("staging_target_path")
+		}
+	}
 	found := false
 	for _, r := range calls(after[len(before):], "NodePublishVolume", handle) {
-		found = found || r.Field("target_path") == want
+		if r.Field("target_path") == want {
+			found = true
+			l.check(r.Field("staging_target_path") == staging && staging != "", "NodePublishVolume %s at %s from staging path %q, the volume is staged at %q", handle, want, r.Field("staging_target_path"), staging)
+		}
 	}
 	l.check(found, "no NodePublishVolume of %s at %s", handle, want)
 	stages := calls(after[len(before):], "NodeStageVolume", handle)
@@ -567,6 +611,33 @@ func (l *Lab) kubeletRestart() error {
 		return err
 	}
 	l.note("pathmend registered again %.1fs after kubelet started", time.Since(t1).Seconds())
+	// Reconstruction marks every device mount and volume mount it finds
+	// uncertain (pkg/kubelet/volumemanager/reconciler/reconstruct.go), so
+	// the new kubelet stages and publishes each volume again: pathmend's
+	// NodeStage of a volume it has staged must answer OK (idempotent), and
+	// each pod's NodePublish at the same target path too.
+	stagedVols := []string{"lab-nvme-ns1", "lab-nvme-ns2", "lab-iscsi-lun0"}
+	targets := map[string]string{}
+	for _, n := range pods {
+		p, err := l.pod(n)
+		if err != nil {
+			return err
+		}
+		pv := podVolume[n]
+		targets[publishPath(pv, string(p.UID), pv == "nvme-block")] = handleOf(pv)
+	}
+	var missing []string
+	if err := l.wait(5*time.Minute, "the new kubelet's NodeStage of every volume and NodePublish of every pod", func() (bool, error) {
+		rpcs, err := l.rpcs()
+		if err != nil {
+			return false, err
+		}
+		missing = notRedone(rpcs[len(before):], stagedVols, targets)
+		return len(missing) == 0, nil
+	}); err != nil {
+		return fmt.Errorf("%w (missing: %s)", err, strings.Join(missing, "; "))
+	}
+	l.note("the new kubelet sent NodeStageVolume for every volume again (each answered OK) and NodePublishVolume for every pod at its old target path")
 	if err := l.wait(3*time.Minute, "a NodeGetVolumeHealth from the new kubelet for every volume", func() (bool, error) {
 		rpcs, err := l.rpcs()
 		if err != nil {
@@ -597,7 +668,7 @@ func (l *Lab) kubeletRestart() error {
 		return err
 	}
 	l.note("calls from the restarted kubelet so far: %s", countByMethod(after[len(before):]))
-	for _, v := range []string{"lab-nvme-ns1", "lab-nvme-ns2", "lab-iscsi-lun0"} {
+	for _, v := range stagedVols {
 		l.note("%s after the restart: NodeStageVolume %d, NodePublishVolume %d", v,
 			len(calls(after[len(before):], "NodeStageVolume", v)), len(calls(after[len(before):], "NodePublishVolume", v)))
 	}
@@ -789,6 +860,39 @@ func (l *Lab) stageFails(handle string) error {
 	recs, _ := filepath.Glob("/var/lib/pathmend/volumes/*.json")
 	l.note("no controller of %s left; %d pathmend records (the volumes still in use)", emptyNQN, len(recs))
 	return nil
+}
+
+// notRedone names what a restarted kubelet has not yet done again: a
+// volume of stages with no NodeStageVolume that ended in pathmend's
+// "Staged volume" or "Volume already staged", a target path of targets
+// (path → volume ID) with no NodePublishVolume there. A call that failed
+// does not count.
+func notRedone(rpcs []RPC, stages []string, targets map[string]string) []string {
+	var missing []string
+	for _, v := range stages {
+		ok := false
+		for _, r := range calls(rpcs, "NodeStageVolume", v) {
+			ok = ok || r.Done > 0 && r.Error == ""
+		}
+		if !ok {
+			missing = append(missing, "NodeStageVolume "+v)
+		}
+	}
+	paths := make([]string, 0, len(targets))
+	for p := range targets {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		ok := false
+		for _, r := range calls(rpcs, "NodePublishVolume", targets[p]) {
+			ok = ok || r.Field("target_path") == p && r.Error == ""
+		}
+		if !ok {
+			missing = append(missing, "NodePublishVolume "+targets[p]+" at "+p)
+		}
+	}
+	return missing
 }
 
 func allFailed(rs []RPC) bool {
