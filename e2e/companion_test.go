@@ -47,15 +47,15 @@ func driverConnect(t *testing.T, l lab, fsys sysfs.FS, nqn, svc string) string {
 	return c
 }
 
-// ctrlTo is the controller of nqn whose address has trsvcid svc, "" if
-// there is none.
+// ctrlTo is the live controller of nqn whose address has trsvcid svc,
+// "" if there is none.
 func ctrlTo(fsys sysfs.FS, nqn, svc string) string {
 	names, _ := fsys.ReadDir("class/nvme")
 	for _, n := range names {
 		if v, err := fsys.ReadAttr("class/nvme/" + n + "/subsysnqn"); err != nil || v != nqn {
 			continue
 		}
-		if a, err := fsys.ReadAttr("class/nvme/" + n + "/address"); err == nil && strings.Contains(a, "trsvcid="+svc) {
+		if strings.Contains(liveAddress(fsys, n), "trsvcid="+svc) {
 			return n
 		}
 	}

@@ -24,9 +24,7 @@ func nvmeControllerTo(t *testing.T, nqn, port string) string {
 	t.Helper()
 	fsys := sysfs.New("/sys")
 	for _, c := range controllersOf(t, nqn) {
-		addr, _ := fsys.ReadAttr("class/nvme/" + c + "/address")
-		state, _ := fsys.ReadAttr("class/nvme/" + c + "/state")
-		if strings.Contains(addr, "trsvcid="+port) && state == "live" {
+		if strings.Contains(liveAddress(fsys, c), "trsvcid="+port) {
 			return c
 		}
 	}

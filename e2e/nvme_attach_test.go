@@ -42,6 +42,18 @@ func twoPathContext(nqn string, nsid int, extra ...string) map[string]string {
 	return c
 }
 
+// liveAddress returns controller c's address attribute while c is live,
+// "" otherwise: the address of a controller being reset or reconnected
+// is never read (on Debian's 6.1 kernel that read can oops nvme-tcp in
+// nvme_tcp_get_address and leave the controller resetting for good).
+func liveAddress(fsys sysfs.FS, c string) string {
+	if s, err := fsys.ReadAttr("class/nvme/" + c + "/state"); err != nil || s != "live" {
+		return ""
+	}
+	a, _ := fsys.ReadAttr("class/nvme/" + c + "/address")
+	return a
+}
+
 // controllersOf lists the controllers whose subsysnqn is nqn.
 func controllersOf(t *testing.T, nqn string) []string {
 	t.Helper()
@@ -192,7 +204,7 @@ func TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn(t *testing.T) {
 	fsys := sysfs.New("/sys")
 	port2 := func() string {
 		for _, c := range controllersOf(t, nqn) {
-			if a, _ := fsys.ReadAttr("class/nvme/" + c + "/address"); strings.Contains(a, "trsvcid=4421") {
+			if strings.Contains(liveAddress(fsys, c), "trsvcid=4421") {
 				return c
 			}
 		}

@@ -104,9 +104,8 @@ func TestNVMeTCP_TwoPortsGiveOneHeadWithOptimizedAndNonOptimizedLegs(t *testing.
 	if mp, err := fsys.ReadAttr("module/nvme_core/parameters/multipath"); err != nil || mp != "Y" {
 		t.Fatalf("nvme_core multipath = %q, %v; want Y", mp, err)
 	}
-	addr, err := fsys.ReadAttr("class/nvme/" + c2 + "/address")
-	if err != nil || !strings.HasPrefix(addr, "traddr=127.0.0.1,trsvcid=4421") {
-		t.Fatalf("%s address = %q, %v", c2, addr, err)
+	if addr := liveAddress(fsys, c2); !strings.HasPrefix(addr, "traddr=127.0.0.1,trsvcid=4421") {
+		t.Fatalf("%s live address = %q", c2, addr)
 	}
 
 	// Both controllers sit in one subsystem with one head nvmeSn1 and a

@@ -145,7 +145,7 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 		return err
 	}
 	ex := exec.New()
-	init, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: m.CountingExec(ex), Sys: sys, CommandPrefix: strings.Fields(c.hostCommandPrefix), RestartCommand: strings.Fields(c.iscsidRestartCommand)})
+	init, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: m.CountingExec(ex), Sys: sys, Writer: ns.writer, CommandPrefix: strings.Fields(c.hostCommandPrefix), RestartCommand: strings.Fields(c.iscsidRestartCommand)})
 	if err != nil {
 		return err
 	}

@@ -409,7 +409,7 @@ func newReport(h *nvme.Host, want []nvme.Expectation, defects []heal.Defect, now
 // read could not tell when the kernel created it.
 func newCtrlRep(c nvme.Controller, legs []pathRep, now time.Time) ctrlRep {
 	r := ctrlRep{
-		Name: c.Name, State: c.State, Transport: c.Transport, Endpoint: c.Endpoint().String(),
+		Name: c.Name, State: c.State, Transport: c.Transport, Endpoint: c.EndpointText(),
 		Address: c.RawAddress, CntlID: c.CntlID, KATO: c.KATO, Legs: nonNil(legs),
 		CtrlLossTmo: c.CtrlLossTmo.String(), ReconnectDelay: c.ReconnectDelay.String(), FastIOFailTmo: c.FastIOFailTmo.String(),
 	}

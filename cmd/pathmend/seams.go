@@ -16,14 +16,16 @@ import (
 
 // nodeSeams are what serve and companion mode build alike from the shared
 // flags: the state dir's store and the intent owner over it, the heal
-// policy, the rooted sysfs reader, the fabrics connector, the metrics and
-// the clock. Each process builds them once.
+// policy, the rooted sysfs reader, the bounded writer of the kernel
+// attributes that can block, the fabrics connector (which writes through
+// it), the metrics and the clock. Each process builds them once.
 type nodeSeams struct {
 	mode      heal.Mode
 	store     *volume.Store
 	metrics   *metrics.Metrics
 	policy    *heal.Policy
 	sys       sysfs.FS
+	writer    *sysfs.BoundedWriter
 	clk       clock.RealClock
 	owner     *intent.Owner
 	connector *fabrics.Connector
@@ -51,9 +53,10 @@ func newNodeSeams(c serveConfig) (*nodeSeams, error) {
 	if err != nil {
 		return nil, err
 	}
+	writer := sysfs.NewBoundedWriter(sys.WriteAttr, clk, sysfs.DefaultWriteTimeout)
 	return &nodeSeams{
-		mode: mode, store: store, metrics: m, policy: policy, sys: sys, clk: clk, owner: owner,
-		connector: fabrics.NewConnector(c.devRoot, sys),
+		mode: mode, store: store, metrics: m, policy: policy, sys: sys, writer: writer, clk: clk, owner: owner,
+		connector: fabrics.NewConnector(c.devRoot, writer),
 		use:       blockuse.New(sys, mountTable(c.hostMountInfo)),
 	}, nil
 }

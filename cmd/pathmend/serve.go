@@ -215,7 +215,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	// commands count in pathmend_monitor_processes_started_total. Both
 	// share one gate, so an iscsid restart never runs during a login or
 	// logout of either, and one lock per node record.
-	stageInit, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: ex, Sys: sys, CommandPrefix: prefix, RestartCommand: restart})
+	stageInit, err := iscsi.NewInitiator(iscsi.InitiatorConfig{Exec: ex, Sys: sys, Writer: ns.writer, CommandPrefix: prefix, RestartCommand: restart})
 	if err != nil {
 		return err
 	}
@@ -229,7 +229,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	iscsiAtt, err := attach.NewAttacher(attach.AttacherConfig{
-		Sys: sys, DevRoot: c.devRoot, Initiator: stageInit, Clocks: healer, NoMultipathd: c.noMultipathd, Clock: clk,
+		Sys: sys, Writer: ns.writer, DevRoot: c.devRoot, Initiator: stageInit, Clocks: healer, NoMultipathd: c.noMultipathd, Clock: clk,
 	})
 	if err != nil {
 		return err

@@ -72,7 +72,7 @@ func (n *NVMe) job(ctx context.Context, lease *intent.Lease) {
 	for _, o := range res.outcomes {
 		for _, p := range o.Removed {
 			removed[nvme.ControllerName(p.Name)] = true
-			if c, ok := host.Controller(nvme.ControllerName(p.Name)); ok {
+			if c, ok := host.Controller(nvme.ControllerName(p.Name)); ok && !c.AddressUnknown {
 				torn[c.Endpoint().String()] = true
 			}
 		}
@@ -83,7 +83,7 @@ func (n *NVMe) job(ctx context.Context, lease *intent.Lease) {
 			continue
 		}
 		present := slices.ContainsFunc(host.Controllers, func(c nvme.Controller) bool {
-			return c.SubsysNQN == nqn && c.Endpoint() == e.Endpoint && !c.State.Deleting() && !removed[c.Name]
+			return c.SubsysNQN == nqn && goesTo(&c, e.Endpoint) && !c.State.Deleting() && !removed[c.Name]
 		})
 		if present {
 			continue

@@ -113,8 +113,31 @@ func learn(prev map[string]Subsystem, seen map[string][]Sighting, hold map[strin
 func learnSubsystem(sub *Subsystem, sightings []Sighting, hold map[string]bool, now time.Time) []Event {
 	var evs []Event
 	present := map[nvme.Endpoint]bool{}
+	// A controller whose address is unknown (not seen live by this
+	// process) is nothing to learn from. It is the endpoint's it was
+	// learned under when that endpoint's controller has its name and is
+	// not gone (the kernel reuses a name only once its controller is
+	// deleted); otherwise it may be any endpoint's, and while it is
+	// there no endpoint counts as gone.
+	unknown := false
 	for _, s := range sightings {
 		c := &s.Controller
+		if c.AddressUnknown {
+			if c.State.Deleting() {
+				continue
+			}
+			i := slices.IndexFunc(sub.Endpoints, func(e Endpoint) bool { return e.Controller == c.Name && e.GoneSince.IsZero() })
+			if i < 0 {
+				unknown = true
+				continue
+			}
+			e := &sub.Endpoints[i]
+			present[e.Endpoint] = true
+			if c.State.Known() && c.State != nvme.StateDead {
+				e.LastState = c.State
+			}
+			continue
+		}
 		ep := c.Endpoint()
 		gone := c.State.Deleting()
 		e := sub.endpoint(ep)
@@ -145,7 +168,7 @@ func learnSubsystem(sub *Subsystem, sightings []Sighting, hold map[string]bool, 
 	}
 	kept := sub.Endpoints[:0]
 	for _, e := range sub.Endpoints {
-		if present[e.Endpoint] || hold[sub.NQN+" "+e.String()] {
+		if present[e.Endpoint] || unknown || hold[sub.NQN+" "+e.String()] {
 			kept = append(kept, e)
 			continue
 		}

@@ -24,6 +24,14 @@ func ctrl(name, traddr string, state nvme.ControllerState) Sighting {
 	}
 }
 
+// unknown is a sighting of controller name in state, not seen live by
+// this process: its address is not read (nvme.Controller.AddressUnknown).
+func unknown(name string, state nvme.ControllerState) Sighting {
+	s := ctrl(name, "", state)
+	s.Controller.Address, s.Controller.AddressUnknown = nvme.Address{}, true
+	return s
+}
+
 func ep(traddr string) nvme.Endpoint {
 	return nvme.Endpoint{Transport: "tcp", Traddr: traddr, Trsvcid: "4420"}
 }
@@ -105,6 +113,18 @@ func TestLearn_GivenUpVersusDisconnected(t *testing.T) {
 			steps:   [][]Sighting{{a, b(nvme.StateConnecting)}, {a}, {a, b(nvme.StateLive)}},
 			wantEps: []nvme.Endpoint{ep("10.0.0.1"), ep("10.0.0.2")}, wantWant: []bool{false, false},
 			want: []string{"learned tcp 10.0.0.1:4420", "learned tcp 10.0.0.2:4420", "given up by the kernel tcp 10.0.0.2:4420"},
+		},
+		{
+			name:    "of unknown address under its learned name, then gone: the kernel gave up",
+			steps:   [][]Sighting{{a, b(nvme.StateLive)}, {a, unknown("nvme1", nvme.StateConnecting)}, {a}},
+			wantEps: []nvme.Endpoint{ep("10.0.0.1"), ep("10.0.0.2")}, wantWant: []bool{false, true},
+			want: []string{"learned tcp 10.0.0.1:4420", "learned tcp 10.0.0.2:4420", "given up by the kernel tcp 10.0.0.2:4420"},
+		},
+		{
+			name:    "of unknown address under another name: no endpoint counts as gone, nothing learned",
+			steps:   [][]Sighting{{a, b(nvme.StateLive)}, {a, unknown("nvme7", nvme.StateConnecting)}},
+			wantEps: []nvme.Endpoint{ep("10.0.0.1"), ep("10.0.0.2")}, wantWant: []bool{false, false},
+			want: []string{"learned tcp 10.0.0.1:4420", "learned tcp 10.0.0.2:4420"},
 		},
 		{
 			name:  "the last endpoint disconnected: the subsystem is forgotten",

@@ -53,7 +53,7 @@ func twoPorts(nqn string) nvmetest.Target {
 func newRig(t *testing.T, mode heal.Mode, actions Actions) *rig {
 	t.Helper()
 	r := &rig{clk: clocktesting.NewFakeClock(t0)}
-	r.k = nvmetest.NewKernel(t.TempDir(), r.clk)
+	r.k = nvmetest.NewKernelInPlace(t.TempDir(), r.clk)
 	r.k.AddTarget(twoPorts(nqnF))
 	r.k.AddTarget(twoPorts(nqnP))
 	var err error

@@ -54,7 +54,7 @@ func Plan(host *nvme.Host, learned []Subsystem, records volume.Listing, p *heal.
 		mine[s.NQN] = true
 		for _, e := range s.Endpoints {
 			present := slices.ContainsFunc(host.Controllers, func(c nvme.Controller) bool {
-				return c.SubsysNQN == s.NQN && c.Endpoint() == e.Endpoint && !c.State.Deleting()
+				return c.SubsysNQN == s.NQN && goesTo(&c, e.Endpoint) && !c.State.Deleting()
 			})
 			if !e.WantsConnect() || present {
 				continue
@@ -74,4 +74,10 @@ func Plan(host *nvme.Host, learned []Subsystem, records volume.Listing, p *heal.
 		}
 	}
 	return p.Plan(defects), reconnects, owned
+}
+
+// goesTo reports whether controller c may be a path to endpoint ep: it
+// goes there, or its address is unknown (it was not seen live) and it may.
+func goesTo(c *nvme.Controller, ep nvme.Endpoint) bool {
+	return c.AddressUnknown || c.Endpoint() == ep
 }

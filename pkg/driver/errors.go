@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -71,8 +72,9 @@ func internal(err error, format string, args ...any) error {
 
 // ToStatus is the one place an error becomes a gRPC status: field errors of
 // the volume context are InvalidArgument, context ends are Canceled or
-// DeadlineExceeded, errors the driver coded keep their code, and anything
-// else is Internal. The server's interceptor passes every RPC's error
+// DeadlineExceeded, errors the driver coded keep their code, a kernel
+// write that did not return in time is Unavailable, and anything else is
+// Internal. The server's interceptor passes every RPC's error
 // through it.
 func ToStatus(err error) error {
 	if err == nil {
@@ -102,6 +104,10 @@ func ToStatus(err error) error {
 		}
 		return status.Error(ce.code, err.Error())
 	case errors.Is(err, volume.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, sysfs.ErrWriteTimedOut):
+		// A kernel object is wedged (a controller's delete never
+		// returns): the CO retries; the write goes on in the kernel.
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	if code, ok := contextCode(err); ok {

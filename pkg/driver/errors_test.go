@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -29,6 +30,7 @@ func TestToStatus(t *testing.T) {
 		{"internal wrapping a deadline", internal(context.DeadlineExceeded, "mount"), codes.DeadlineExceeded},
 		{"plain", errors.New("boom"), codes.Internal},
 		{"unavailable", fmt.Errorf("attach: %w: no path", volume.ErrUnavailable), codes.Unavailable},
+		{"a kernel write that did not return", fmt.Errorf("detach vol: disconnect nvme3: %w", sysfs.ErrWriteTimedOut), codes.Unavailable},
 		{"already a status", status.Error(codes.Unavailable, "x"), codes.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

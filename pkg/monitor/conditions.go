@@ -111,7 +111,7 @@ func (m *Monitor) trackEndpoints(host *nvme.Host, exps []nvme.Expectation) {
 		}
 		for _, ep := range e.Endpoints {
 			listed[e.NQN][ep.String()] = true
-			if len(nvme.ControllersTo(host, e.NQN, ep)) == 0 {
+			if !nvme.Covered(host, e.NQN, ep) {
 				missing[e.NQN+" "+ep.String()] = true
 			}
 		}

@@ -133,14 +133,16 @@ func (m *Monitor) job(ctx context.Context, lease *intent.Lease) {
 
 // reconcile connects every endpoint of group that has no present
 // controller. Present is any state but deleting or dead, minus what this
-// job removed: a controller the kernel is reconnecting is left to it. An
+// job removed: a controller the kernel is reconnecting is left to it, and
+// one whose address is unknown (never seen live) may be reconnecting any
+// endpoint of the target, so none is connected while it is there. An
 // endpoint another volume of the target listed already was connected by
 // then and counts as present on the kernel's next read; the connect
 // answers "already connected" otherwise.
 func (m *Monitor) reconcile(ctx context.Context, idx *nvme.Index, removed map[nvme.ControllerName]bool, n *volume.NVMeTCP, group []volume.Endpoint) (connected, skipped []string) {
 	for _, ep := range group {
 		present := false
-		for _, c := range idx.ControllersTo(n.NQN, ep) {
+		for _, c := range append(idx.ControllersTo(n.NQN, ep), idx.Unplaced(n.NQN)...) {
 			if !removed[c.Name] {
 				present = true
 			}

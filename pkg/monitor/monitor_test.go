@@ -13,6 +13,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -351,4 +352,32 @@ func contains(s []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// TestTick_AControllerOfUnknownAddressIsNoReasonToConnectItsEndpoints:
+// pathmend started while a controller of a volume's subsystem was
+// reconnecting. Its address is not read until it is live (on Debian's
+// 6.1 kernel the read can oops nvme-tcp), so it may be the kernel
+// reconnecting either endpoint: neither is connected again, and the
+// status says why. Once it is live its endpoint is known, and the other
+// one is connected.
+func TestTick_AControllerOfUnknownAddressIsNoReasonToConnectItsEndpoints(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
+	r.connectAged(t, nqnA, "127.0.0.1")
+	r.k.SetState(0, "connecting")
+	before := len(r.k.Calls())
+	r.m.Tick(context.Background())
+	if calls := r.callsSince(before); len(calls) != 0 {
+		t.Errorf("acted while a controller's address is unknown: %v", calls)
+	}
+	st, _ := r.m.Status("vol-a")
+	if st.Paths.Live != 0 || strings.Count(strings.Join(st.Paths.Problems, ";"), nvme.AddressNotKnown) != 2 {
+		t.Errorf("status = %+v, want no live path and %q for both endpoints", st, nvme.AddressNotKnown)
+	}
+	r.k.SetState(0, "live")
+	r.m.Tick(context.Background())
+	if diff := cmp.Diff([]string{"connect 127.0.0.2:4420"}, r.callsSince(before)); diff != "" {
+		t.Errorf("once the controller is live (-want +got):\n%s", diff)
+	}
 }

@@ -167,7 +167,7 @@ func (m *Monitor) planReconnects(idx *nvme.Index, staged []nvme.Expectation, nee
 	for _, e := range staged {
 		t := volume.Target{Transport: volume.TransportNVMeTCP, Name: e.NQN}
 		for _, ep := range e.Endpoints {
-			if len(idx.ControllersTo(e.NQN, ep)) > 0 {
+			if idx.Covered(e.NQN, ep) {
 				continue
 			}
 			if m.deps.Policy.Mode() != heal.ModeRepair {

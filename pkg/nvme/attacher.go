@@ -55,6 +55,9 @@ type AttacherConfig struct {
 // It implements the driver's Attacher through pkg/volume types.
 type Attacher struct {
 	cfg AttacherConfig
+	// reader remembers the address of every controller it has seen
+	// live, which is not read while a controller is not.
+	reader *Reader
 }
 
 // NewAttacher validates cfg and fills in defaults.
@@ -77,7 +80,7 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Attacher{cfg: cfg}, nil
+	return &Attacher{cfg: cfg, reader: NewReader(cfg.SysFS, ScopeAll)}, nil
 }
 
 // ConnectOptions builds the fabrics options of one endpoint of a volume:
@@ -219,7 +222,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 		klog.InfoS("Undo leaves the controllers it connected: other volumes use the subsystem", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","), "volumes", strings.Join(users, ","))
 		return nil
 	}
-	h, err := Read(a.cfg.SysFS)
+	h, err := a.reader.Read()
 	if err != nil {
 		return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
 	}
@@ -247,7 +250,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 // usable over the others, and the monitor keeps trying. Only when no
 // endpoint has a controller is it an error.
 func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.Secrets) ([]string, error) {
-	h, err := Read(a.cfg.SysFS)
+	h, err := a.reader.Read()
 	if err != nil {
 		return nil, fmt.Errorf("read nvme state: %w", err)
 	}
@@ -256,7 +259,7 @@ func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.
 	var created []string
 	var errs []error
 	for _, ep := range append(opt, others...) {
-		if len(ControllersTo(h, n.NQN, ep)) > 0 {
+		if Covered(h, n.NQN, ep) {
 			present++
 			continue
 		}
@@ -303,7 +306,7 @@ func (a *Attacher) waitDevice(ctx context.Context, exp Expectation) (volume.Devi
 
 // device locates the namespace and verifies its block device.
 func (a *Attacher) device(exp Expectation) (volume.Device, error) {
-	h, err := Read(a.cfg.SysFS)
+	h, err := a.reader.Read()
 	if err != nil {
 		return volume.Device{}, err
 	}
@@ -335,7 +338,7 @@ func (a *Attacher) device(exp Expectation) (volume.Device, error) {
 // monitor: endpoints other volumes no longer list are not this stage's
 // business.
 func (a *Attacher) defectsOf(exp Expectation) ([]heal.Defect, error) {
-	h, err := Read(a.cfg.SysFS)
+	h, err := a.reader.Read()
 	if err != nil {
 		return nil, err
 	}
@@ -362,9 +365,10 @@ func Concerns(h *Host, d heal.Defect, exp Expectation) bool {
 	return false
 }
 
-// Detach disconnects the volume's controllers unless a co-tenant record
-// names the same subsystem: its controllers are that volume's paths too
-// (or will be, for an attaching one). It tears nothing down while co.Err
+// Detach disconnects the volume's controllers (those to its endpoints,
+// and those of its subsystem whose address is unknown) unless a
+// co-tenant record names the same subsystem: its controllers are that
+// volume's paths too (or will be, for an attaching one). It tears nothing down while co.Err
 // is set. Detaching a volume with no controllers is not an error.
 func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTenants) error {
 	n := rec.Context.NVMe
@@ -378,7 +382,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 		klog.InfoS("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other volumes use the subsystem", "volumes", strings.Join(users, ","))
 		return nil
 	}
-	h, err := Read(a.cfg.SysFS)
+	h, err := a.reader.Read()
 	if err != nil {
 		return err
 	}
@@ -389,6 +393,17 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 			}
 			klog.V(2).InfoS("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "endpoint", ep.String())
 		}
+	}
+	// A controller of the subsystem whose address is unknown (not live
+	// since this process first saw it) goes to some endpoint of a
+	// subsystem no staged volume of the node uses any more: whichever it
+	// is, no volume needs it, and left behind it would reconnect for as
+	// long as its ctrl_loss_tmo allows (for ever with pathmend's -1).
+	for _, c := range Unplaced(h, n.NQN) {
+		if err := a.cfg.Connector.Disconnect(string(c.Name)); err != nil {
+			return err
+		}
+		klog.V(2).InfoS("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "state", c.State, "endpoint", AddressNotKnown)
 	}
 	return nil
 }
@@ -405,7 +420,7 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	h, err := Read(a.cfg.SysFS)
+	h, err := a.reader.Read()
 	if err != nil {
 		return 0, err
 	}
@@ -438,7 +453,7 @@ func (a *Attacher) Health(_ context.Context, rec volume.Record) volume.Condition
 	if n == nil {
 		return volume.Condition{Status: volume.Inaccessible, Reason: "NotNVMe", Message: "record is not nvme-tcp"}
 	}
-	h, err := Read(a.cfg.SysFS)
+	h, err := a.reader.Read()
 	if err != nil {
 		return volume.Condition{Status: volume.Inaccessible, Reason: "SysfsUnreadable", Message: err.Error()}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -349,4 +350,48 @@ func TestUndo_TakesOnlyItsOwnControllers(t *testing.T) {
 	if diff := cmp.Diff([]string{"delete nvme1"}, r.k.Calls()[before:]); diff != "" {
 		t.Errorf("Undo (-want +got):\n%s", diff)
 	}
+}
+
+// TestDetach_DeletesTheSubsystemsControllersOfUnknownAddress: pathmend
+// restarted while one path of its last volume on a subsystem was
+// reconnecting, so it never saw that controller live and does not know
+// its address (it is not read while the controller is not live).
+// Whichever endpoint it goes to, no staged volume uses the subsystem
+// any more: NodeUnstage deletes it too, rather than leave a controller
+// the kernel reconnects for ever.
+func TestDetach_DeletesTheSubsystemsControllersOfUnknownAddress(t *testing.T) {
+	r := newRig(t)
+	if _, err := r.attach(t, "vol-1", 1); err != nil {
+		t.Fatal(err)
+	}
+	r.k.SetUnreachable("127.0.0.2:4420", true)
+	restarted := mustAttacher(t, r)
+	v1 := volume.Record{VolumeID: "vol-1", Context: nvmeVolume(1)}
+	before := len(r.k.Calls())
+	if err := restarted.Detach(context.Background(), v1, volume.CoTenants{}); err != nil {
+		t.Fatal(err)
+	}
+	got := r.k.Calls()[before:]
+	slices.Sort(got)
+	if diff := cmp.Diff([]string{"delete nvme0", "delete nvme1"}, got); diff != "" {
+		t.Errorf("detach (-want +got):\n%s", diff)
+	}
+}
+
+// mustAttacher is a new attacher on r's kernel: a restarted pathmend.
+func mustAttacher(t *testing.T, r *rig) *nvme.Attacher {
+	t.Helper()
+	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Now: r.clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := nvme.NewAttacher(nvme.AttacherConfig{
+		SysFS: r.k.FS(), DevRoot: "/dev", Connector: r.k, Policy: policy,
+		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
+		AttachWait: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -79,7 +79,7 @@ func (in *inspection) teardown(s *Subsystem, names []ControllerName, scope []*Na
 		rs = append(rs, ranked{
 			path: heal.Path{
 				Name:      string(name),
-				Endpoint:  c.Endpoint().String(),
+				Endpoint:  c.EndpointText(),
 				State:     string(c.State),
 				Access:    string(best),
 				CreatedAt: c.CreatedAt,

@@ -60,6 +60,22 @@ func (x *Index) ControllersTo(nqn string, ep volume.Endpoint) []*Controller {
 	return out
 }
 
+// Unplaced is Unplaced(x.Host(), nqn).
+func (x *Index) Unplaced(nqn string) []*Controller {
+	var out []*Controller
+	for _, c := range x.controller[nqn] {
+		if unplaced(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Covered is Covered(x.Host(), nqn, ep).
+func (x *Index) Covered(nqn string, ep volume.Endpoint) bool {
+	return len(x.ControllersTo(nqn, ep)) > 0 || len(x.Unplaced(nqn)) > 0
+}
+
 // Locate is Locate(x.Host(), e).
 func (x *Index) Locate(e Expectation) (Located, error) {
 	return locate(x.h, e, x.subsystem[e.NQN])
@@ -68,5 +84,5 @@ func (x *Index) Locate(e Expectation) (Located, error) {
 // ReportPaths is ReportPaths(x.Host(), e).
 func (x *Index) ReportPaths(e Expectation) PathReport {
 	loc, locErr := x.Locate(e)
-	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return x.ControllersTo(e.NQN, ep) })
+	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return x.ControllersTo(e.NQN, ep) }, x.Unplaced(e.NQN))
 }

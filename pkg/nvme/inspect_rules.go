@@ -79,11 +79,17 @@ func (in *inspection) controllerDefect(s *Subsystem, c *Controller) (heal.Defect
 	// a healthy tick inspects thousands that do not.
 	defect := func(kind heal.Kind, detail string, lacking []*Namespace) heal.Defect {
 		gone := []ControllerName{c.Name}
+		// The key outlives the controller (cooldown): its endpoint, or
+		// its name while that is not known.
+		key := s.NQN + " " + c.EndpointText()
+		if c.AddressUnknown {
+			key = s.NQN + " " + string(c.Name)
+		}
 		return heal.Defect{
 			Kind:      kind,
 			Scope:     heal.ScopeController,
-			Subject:   string(c.Name) + " (" + c.Endpoint().String() + ")",
-			Key:       s.NQN + " " + c.Endpoint().String(),
+			Subject:   string(c.Name) + " (" + c.EndpointText() + ")",
+			Key:       key,
 			Volumes:   in.volumes(s.NQN),
 			Detail:    detail,
 			Teardown:  in.teardown(s, gone, lacking),
@@ -92,6 +98,12 @@ func (in *inspection) controllerDefect(s *Subsystem, c *Controller) (heal.Defect
 	}
 	if c.State == StateDead {
 		return defect(heal.StaleEndpoint, fmt.Sprintf("%s of %s is dead: the kernel gave up on it", c.Name, s.Name), nil), true
+	}
+	// A controller whose address is unknown may go to any endpoint, a
+	// listed one included: it is no stale endpoint, and not being live
+	// it is not one that fails to contribute either.
+	if c.AddressUnknown {
+		return heal.Defect{}, false
 	}
 	if addr, unlisted := in.unlisted(s.NQN, c); unlisted {
 		return defect(heal.StaleEndpoint, fmt.Sprintf("%s of %s (%s) goes to %s, which no staged volume of %s lists", c.Name, s.Name, c.State, addr, s.NQN), nil), true

@@ -28,11 +28,16 @@ func ctrl(n int, state string, l map[int]string) nvmetest.Controller {
 	return nvmetest.Controller{Instance: n, State: state, Trsvcid: itoa(4420 + n), Age: time.Hour, Legs: l}
 }
 
-// hp is the teardown entry Inspect gives for ctrl(n, state, …).
+// hp is the teardown entry Inspect gives for ctrl(n, state, …) read
+// afresh: the address of a controller that is not live is not read.
 func hp(n int, state, access string) heal.Path {
+	ep := "tcp 192.0.2.1:" + itoa(4420+n)
+	if state != live {
+		ep = "tcp, " + AddressNotKnown
+	}
 	return heal.Path{
 		Name:      "nvme" + itoa(n),
-		Endpoint:  "tcp 192.0.2.1:" + itoa(4420+n),
+		Endpoint:  ep,
 		State:     state,
 		Access:    access,
 		CreatedAt: testNow.Add(-time.Hour),
@@ -154,7 +159,7 @@ func TestInspect(t *testing.T) {
 			subs: []nvmetest.Subsystem{sub([]int{1}, ctrl(0, live, legs(opt, 1)), ctrl(1, "dead", legs(nopt, 1)))},
 			out: []heal.Defect{{
 				Kind: heal.StaleEndpoint, Scope: heal.ScopeController,
-				Subject: "nvme1 (tcp 192.0.2.1:4421)", Key: ctrlKey(1),
+				Subject: "nvme1 (tcp, " + AddressNotKnown + ")", Key: nqnA + " nvme1",
 				Teardown: []heal.Path{hp(1, "dead", nopt)},
 				Detail:   "nvme1 of nvme-subsys0 is dead: the kernel gave up on it",
 			}},

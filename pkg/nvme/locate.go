@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -109,9 +110,40 @@ func ControllersTo(h *Host, nqn string, ep volume.Endpoint) []*Controller {
 	return out
 }
 
-// presentTo reports whether c counts as a present controller to ep.
+// presentTo reports whether c counts as a present controller to ep. A
+// controller whose address is unknown goes to no endpoint known; see
+// Unplaced.
 func presentTo(c *Controller, ep volume.Endpoint) bool {
-	return !c.State.Deleting() && c.State != StateDead && EndpointMatches(c.Address, ep)
+	return present(c) && !c.AddressUnknown && EndpointMatches(c.Address, ep)
+}
+
+// present reports whether c still counts as a path the kernel keeps:
+// any state but deleting or dead.
+func present(c *Controller) bool {
+	return !c.State.Deleting() && c.State != StateDead
+}
+
+// Unplaced returns the controllers of subsystem NQN nqn that still count
+// as present and whose address is unknown (Controller.AddressUnknown):
+// each may be the kernel reconnecting any endpoint of nqn.
+func Unplaced(h *Host, nqn string) []*Controller {
+	var out []*Controller
+	for i := range h.Controllers {
+		if c := &h.Controllers[i]; c.SubsysNQN == nqn && unplaced(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func unplaced(c *Controller) bool { return c.AddressUnknown && present(c) }
+
+// Covered reports whether endpoint ep of nqn must not be connected now:
+// a present controller goes to it, or one whose address is unknown may
+// (connecting it could make a second controller to one endpoint; the
+// unknown one's address is read once it is live).
+func Covered(h *Host, nqn string, ep volume.Endpoint) bool {
+	return len(ControllersTo(h, nqn, ep)) > 0 || len(Unplaced(h, nqn)) > 0
 }
 
 // EndpointMatches reports whether a controller address goes to ep: equal
@@ -143,15 +175,24 @@ type PathReport struct {
 // ReportPaths grades every expected endpoint of e in h.
 func ReportPaths(h *Host, e Expectation) PathReport {
 	loc, locErr := Locate(h, e)
-	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return ControllersTo(h, e.NQN, ep) })
+	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return ControllersTo(h, e.NQN, ep) }, Unplaced(h, e.NQN))
 }
 
-// reportPaths is ReportPaths given e's location and its controllers to
-// each endpoint.
-func reportPaths(e Expectation, loc Located, locErr error, controllersTo func(volume.Endpoint) []*Controller) PathReport {
+// reportPaths is ReportPaths given e's location, its controllers to each
+// endpoint, and its controllers of unknown address (never live paths:
+// the address of a live controller is read).
+func reportPaths(e Expectation, loc Located, locErr error, controllersTo func(volume.Endpoint) []*Controller, unknown []*Controller) PathReport {
 	r := PathReport{Expected: len(e.Endpoints)}
 	for _, ep := range e.Endpoints {
 		ctrls := controllersTo(ep)
+		if len(ctrls) == 0 && len(unknown) > 0 {
+			names := make([]string, len(unknown))
+			for i, c := range unknown {
+				names[i] = string(c.Name) + " " + string(c.State)
+			}
+			r.Problems = append(r.Problems, ep.String()+": not connected, or by "+strings.Join(names, ", ")+": "+AddressNotKnown)
+			continue
+		}
 		if len(ctrls) == 0 {
 			r.Problems = append(r.Problems, ep.String()+": not connected")
 			continue

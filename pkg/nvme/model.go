@@ -82,10 +82,23 @@ type Controller struct {
 	// "loop" or "pcie".
 	Transport string `json:"transport"`
 	// Address is class/nvme/<ctrl>/address parsed; zero for PCIe, whose
-	// address is a PCI slot (RawAddress).
+	// address is a PCI slot (RawAddress). A fabrics controller's address
+	// is read only while the controller is live (see AddressUnknown);
+	// while it is not, it is the one read when it last was, without
+	// SrcAddr.
 	Address Address `json:"address"`
+	// AddressUnknown is set for a fabrics controller the reader has not
+	// seen live: its address is not read while it is resetting,
+	// connecting or being deleted (on Debian's 6.1 kernel that read can
+	// oops in nvme_tcp_get_address and leave the controller resetting
+	// for good), so which endpoint it goes to is not known. Address is
+	// zero then. Every decision about endpoints treats such a controller
+	// as possibly going to any endpoint of its subsystem: it is never
+	// counted as a healthy path, never torn down as a stale endpoint,
+	// and no endpoint it may be connecting is connected again.
+	AddressUnknown bool `json:"addressUnknown,omitempty"`
 	// RawAddress is class/nvme/<ctrl>/address as read; "" when the
-	// kernel publishes none.
+	// kernel publishes none, or when the controller is not live.
 	RawAddress string `json:"rawAddress,omitempty"`
 	// CntlID is class/nvme/<ctrl>/cntlid, the controller ID the target
 	// assigned.
@@ -132,6 +145,20 @@ func (c *Controller) Endpoint() Endpoint {
 		HostTraddr: c.Address.HostTraddr,
 		HostIface:  c.Address.HostIface,
 	}
+}
+
+// AddressNotKnown is what operators are told about a controller whose
+// address is unknown (Controller.AddressUnknown).
+const AddressNotKnown = "address not yet known (controller connecting)"
+
+// EndpointText renders the controller's endpoint for operators and
+// defect keys: Endpoint().String(), or the transport and AddressNotKnown
+// when the address is unknown.
+func (c *Controller) EndpointText() string {
+	if c.AddressUnknown {
+		return c.Transport + ", " + AddressNotKnown
+	}
+	return c.Endpoint().String()
 }
 
 // Namespace is one namespace a subsystem exports, with the paths that lead

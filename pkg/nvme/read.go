@@ -59,9 +59,12 @@ const (
 // Reader reads the NVMe state of one host again and again, as the
 // monitor does every tick, and returns a Host equal to what Read would
 // return at that moment (with ScopePaths: to it with the fields that
-// scope leaves out zeroed). It lists every directory and re-reads every
-// attribute that can change while its kernel object lives (controller
-// state, cntlid, kato, address and timeouts, ANA state and group, iopolicy,
+// scope leaves out zeroed), except that it knows the address of a
+// controller that is not live now if it read it while it was (Read
+// reports Controller.AddressUnknown for it). It lists every directory
+// and re-reads every attribute that can change while its kernel object
+// lives (controller state, cntlid, kato, address — only while the
+// controller is live —, timeouts, ANA state and group, iopolicy,
 // namespace size) on every Read, and reads the attributes that cannot
 // (a subsystem's NQN, model, serial and type; a controller's transport,
 // subsystem NQN and host NQN; a namespace's nsid, NGUID, UUID and WWID)

@@ -112,8 +112,8 @@ func (p *pass) ctrlDisk(d sysfs.Dir, entry string, dm *diskMemo, cd *ctrlDisk) e
 // transport, subsysnqn and hostnqn are fixed for the controller's life
 // (its ops, its subsystem and its options); state, cntlid (assigned by
 // the target at every connect of the admin queue), kato, address (whose
-// src_addr follows the connection) and the writable timeouts are read
-// every time.
+// src_addr follows the connection; read only while the controller is
+// live) and the writable timeouts are read every time.
 func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controller) error {
 	known, all := m.static, p.r.scope == ScopeAll
 	if err := o.text("state", &m.state); err != nil {
@@ -158,21 +158,36 @@ func (p *pass) controllerAttrs(o obj, m *ctrlMemo, entries []string, c *Controll
 		m.static = err == nil && settled
 		return err
 	}
+	// The address is read only while the controller is live: on
+	// Debian's 6.1 kernel a read of it while nvme-tcp resets or
+	// reconnects the controller can oops in nvme_tcp_get_address
+	// (kernel_getsockname on a socket being released), and the oops
+	// leaves the controller resetting for good. Its fabrics options
+	// (traddr, trsvcid, host_traddr, host_iface) are fixed at the
+	// controller's creation, so the ones read while it was live stand
+	// while it is not; a controller never seen live has no known
+	// address.
+	live := c.State == StateLive
 	switch {
 	case c.Transport == "loop" && !slices.Contains(entries, "address"):
 		c.RawAddress, c.Address = "", Address{}
-	case all || !m.address.ok:
+	case live && (all || !m.address.ok):
 		if c.Address, err = parsed(o, "address", &m.address, ParseAddress); err != nil {
 			return err
 		}
 		c.RawAddress = m.address.raw
-	default:
+	case m.address.ok:
 		c.Address = m.address.val
+		if !live {
+			// src_addr is the connection's, and there is none.
+			c.RawAddress, c.Address.SrcAddr = "", ""
+		}
+	default:
+		c.AddressUnknown = true
 	}
 	if !all {
-		// The fabrics options (traddr, trsvcid, host_traddr,
-		// host_iface) are fixed at the controller's creation; src_addr
-		// follows its connection and is not read in this scope.
+		// src_addr follows the connection and is not read in this
+		// scope.
 		c.RawAddress, c.Address.SrcAddr = "", ""
 	}
 	if !known {

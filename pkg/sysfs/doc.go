@@ -19,7 +19,9 @@
 // listings and stats a reader made. WriteAttr writes a value in one write(2) and
 // never creates a file: delete_controller, rescan_controller and
 // class/scsi_host/hostH/scan go through it, so a test sees exactly what
-// was written.
+// was written. Those writes can block for as long as the kernel object is
+// wedged; BoundedWriter runs them with a deadline (ErrWriteTimedOut) and
+// never lets a second write to the same attribute join a blocked one.
 //
 // The fixture format (fixture.go) is text: one entry per line — dir (with
 // its age: capture time minus mtime, because pathmend takes a controller

@@ -50,13 +50,17 @@ lab_nvme_legs_are() { [ "$(lab_nvme_legs "$1")" -eq "$2" ]; }
 lab_nvme_refusals() { dmesg | grep -cF "$1: IDs don't match for shared namespace" || true; }
 lab_nvme_refused_more() { [ "$(lab_nvme_refusals "$1")" -gt "$2" ]; }
 
-# lab_nvme_ctrl_to NQN ADDR SVC prints the live controller of NQN to ADDR:SVC.
+# lab_nvme_ctrl_to NQN ADDR SVC prints the live controller of NQN to
+# ADDR:SVC. The address of a controller that is not live is never read:
+# on Debian's 6.1 kernel that read can oops nvme-tcp (nvme_tcp_get_address)
+# and leave the controller resetting for good.
 lab_nvme_ctrl_to() {
 	local c
 	for c in /sys/class/nvme/nvme*; do
 		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+		[ "$(cat "$c/state" 2>/dev/null)" = live ] || continue
 		case $(cat "$c/address" 2>/dev/null) in
-		"traddr=$2,trsvcid=$3"*) [ "$(cat "$c/state")" = live ] && basename "$c" && return 0 ;;
+		"traddr=$2,trsvcid=$3"*) basename "$c" && return 0 ;;
 		esac
 	done
 	return 1

@@ -86,7 +86,7 @@ func (s *soak) orphans() []string {
 	} else {
 		for _, c := range h.Controllers {
 			if c.SubsysNQN == nqnA || c.SubsysNQN == nqnB {
-				out = append(out, fmt.Sprintf("controller %s to %s at %s:%s (%s)", c.Name, c.SubsysNQN, c.Address.Traddr, c.Address.Trsvcid, c.State))
+				out = append(out, fmt.Sprintf("controller %s to %s at %s (%s)", c.Name, c.SubsysNQN, c.EndpointText(), c.State))
 			}
 		}
 	}

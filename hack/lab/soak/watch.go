@@ -24,7 +24,12 @@ const sampleEvery = 250 * time.Millisecond
 // observe samples the kernel until ctx ends.
 func (s *soak) observe(ctx context.Context) {
 	sys := sysfs.New("/sys")
-	nr, ir := nvme.NewReader(sys, nvme.ScopeAll), iscsi.NewReader(sys)
+	// The paths scope is all a sample needs, and it reads a controller's
+	// address once, when it is first live, where the full scope reads it
+	// on every sample while the controller is live: each read of address
+	// is a chance to meet the 6.1 kernel's nvme_tcp_get_address oops if
+	// the controller starts a reset at that moment.
+	nr, ir := nvme.NewReader(sys, nvme.ScopePaths), iscsi.NewReader(sys)
 	var specs []observe.VolumeSpec
 	for _, v := range s.vols {
 		specs = append(specs, v.spec)
@@ -115,6 +120,14 @@ func remountedReadOnly(msg string) (string, bool) {
 func storageLine(msg string) bool {
 	if report.KernelCrash(msg) {
 		return true
+	}
+	// The first lines of a kernel warning or a hung-task report, so that
+	// a stack trace in the timeline says what it is (a run saw one in
+	// iscsid's session removal whose header was left out).
+	for _, p := range []string{"WARNING: ", "INFO: task ", "RIP: "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
 	}
 	for _, p := range []string{"EXT4", "JBD2", "Buffer I/O", "I/O error", "device-mapper", "nvme", "session", "connection", "sd ", "scsi"} {
 		if strings.Contains(msg, p) {

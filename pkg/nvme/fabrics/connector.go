@@ -68,16 +68,24 @@ type device interface {
 // concurrent use.
 type Connector struct {
 	fabricsPath string
-	sys         sysfs.FS
+	writer      AttrWriter
 	open        func(path string) (device, error)
 }
 
+// AttrWriter writes an attribute below the sysfs root: sysfs.FS, or a
+// sysfs.BoundedWriter over it.
+type AttrWriter interface {
+	WriteAttr(rel, value string) error
+}
+
 // NewConnector returns a Connector writing connects to
-// <devRoot>/nvme-fabrics and controller commands under sys.
-func NewConnector(devRoot string, sys sysfs.FS) *Connector {
+// <devRoot>/nvme-fabrics and controller commands (delete_controller,
+// rescan_controller, which block on a wedged controller) through w,
+// rooted at the sysfs root.
+func NewConnector(devRoot string, w AttrWriter) *Connector {
 	return &Connector{
 		fabricsPath: filepath.Join(devRoot, "nvme-fabrics"),
-		sys:         sys,
+		writer:      w,
 		open:        func(p string) (device, error) { return os.OpenFile(p, os.O_RDWR, 0) },
 	}
 }
@@ -144,7 +152,7 @@ func unwrapPathError(err error) error {
 // Disconnect deletes a controller: writes "1" to its delete_controller.
 // A controller that is already gone is not an error.
 func (c *Connector) Disconnect(ctrl string) error {
-	err := c.sys.WriteAttr("class/nvme/"+ctrl+"/delete_controller", "1")
+	err := c.writer.WriteAttr("class/nvme/"+ctrl+"/delete_controller", "1")
 	if sysfs.IsNotExist(err) {
 		return nil
 	}
@@ -158,7 +166,7 @@ func (c *Connector) Disconnect(ctrl string) error {
 // Rescan asks a controller to rescan its namespaces: writes "1" to its
 // rescan_controller.
 func (c *Connector) Rescan(ctrl string) error {
-	if err := c.sys.WriteAttr("class/nvme/"+ctrl+"/rescan_controller", "1"); err != nil {
+	if err := c.writer.WriteAttr("class/nvme/"+ctrl+"/rescan_controller", "1"); err != nil {
 		return fmt.Errorf("rescan %s: %w", ctrl, err)
 	}
 	return nil

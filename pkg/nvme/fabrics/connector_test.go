@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
@@ -277,5 +279,44 @@ func TestHostIdentity(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(idP); string(b) != "not-a-uuid\n" {
 		t.Errorf("malformed hostid rewritten: %q", b)
+	}
+}
+
+// TestConnector_AWedgedDeleteIsBounded: delete_controller of a controller
+// the kernel left resetting for good never returns (Debian's 6.1 after an
+// nvme-tcp oops). Through a BoundedWriter, Disconnect gives up at the
+// deadline with ErrWriteTimedOut instead of hanging NodeUnstage. The
+// attribute here is a FIFO nobody reads: its open for writing blocks as
+// the kernel's write does.
+func TestConnector_AWedgedDeleteIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	ctrl := filepath.Join(dir, "class/nvme/nvme3")
+	if err := os.MkdirAll(ctrl, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(ctrl, "delete_controller")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC))
+	c := NewConnector(dir, sysfs.NewBoundedWriter(sysfs.New(dir).WriteAttr, clk, time.Minute))
+	done := make(chan error, 1)
+	go func() { done <- c.Disconnect("nvme3") }()
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(time.Minute)
+	if err := <-done; !errors.Is(err, sysfs.ErrWriteTimedOut) {
+		t.Fatalf("disconnect of a wedged controller: %v, want ErrWriteTimedOut", err)
+	}
+	// Let the blocked write end: the kernel returning.
+	r, err := os.OpenFile(fifo, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b := make([]byte, 1)
+	if _, err := r.Read(b); err != nil || string(b) != "1" {
+		t.Errorf("the write that went on wrote %q, %v", b, err)
 	}
 }

@@ -5,7 +5,9 @@
 // back "instance=N,cntlid=M" on the same descriptor, as the kernel's fabrics
 // driver (drivers/nvme/host/fabrics.c) defines it. Disconnect writes "1" to
 // <sys-root>/class/nvme/<ctrl>/delete_controller; Rescan writes "1" to
-// rescan_controller. The host NQN and host ID come from /etc/nvme/hostnqn
+// rescan_controller, both through the writer the Connector is given (in
+// pathmend, a sysfs.BoundedWriter: a wedged controller's delete never
+// returns, and no RPC or monitor job waits for it for ever). The host NQN and host ID come from /etc/nvme/hostnqn
 // and /etc/nvme/hostid (paths configurable) and are generated and persisted
 // when absent, so every connect from this node presents the same identity.
 //

@@ -137,6 +137,10 @@ func Healthy(subsystems, controllers, namespaces int) Topology {
 	return t
 }
 
+// Effective returns c as a Tree writes it: with the defaults documented
+// on the fields filled in.
+func (c Controller) Effective() Controller { return c.withDefaults() }
+
 // withDefaults fills in the defaults documented on the fields.
 func (c Controller) withDefaults() Controller {
 	def := func(p *string, v string) {

@@ -113,7 +113,7 @@ func nvmeObjects(h *nvme.Host, out map[string]Object) {
 		o := Object{
 			Key:  fmt.Sprintf("%s@%d", c.Name, c.CreatedAt.UnixNano()),
 			Name: string(c.Name), Target: c.SubsysNQN,
-			Endpoint: c.Address.Traddr + ":" + c.Address.Trsvcid, State: string(c.State),
+			Endpoint: endpointOf(&c), State: string(c.State),
 		}
 		o.Healthy, o.Why = controllerHealthy(c, subs[c.Subsystem])
 		out[o.Key] = o
@@ -264,4 +264,14 @@ func iscsiVolume(snap *iscsi.Snapshot, v VolumeSpec, s Sample) {
 		}
 		s.Paths[PathKey(v.ID, p.ID)] = st
 	}
+}
+
+// endpointOf is "traddr:trsvcid" of a controller, or what the reader says
+// when it has not seen the controller live: the observer's reader, like
+// pathmend's, reads address only while a controller is live.
+func endpointOf(c *nvme.Controller) string {
+	if c.AddressUnknown {
+		return nvme.AddressNotKnown
+	}
+	return c.Address.Traddr + ":" + c.Address.Trsvcid
 }
