@@ -45,6 +45,33 @@ func TestReader_NVMeOnARealKernel(t *testing.T) {
 
 	r := nvme.NewReader(sys, nvme.ScopeAll)
 	paths := nvme.NewReader(sys, nvme.ScopePaths)
+	// The one place a kept Reader may differ from a fresh Read: address
+	// is read only while a controller is live (docs/performance.md), so
+	// a fresh Read of a controller that is connecting does not know it,
+	// and a Reader that saw the controller live remembers it. What it
+	// remembers must be what the controller showed while live (without
+	// src_addr, which follows the connection); it is then compared as
+	// unknown, as a fresh Read has it.
+	seenLive := map[nvme.ControllerName]nvme.Address{}
+	forgetRemembered := func(step, reader string, h *nvme.Host) {
+		t.Helper()
+		for i := range h.Controllers {
+			c := &h.Controllers[i]
+			if c.State == nvme.StateLive && !c.AddressUnknown {
+				seenLive[c.Name] = c.Address
+				continue
+			}
+			if c.State == nvme.StateLive || !c.Fabrics() || c.AddressUnknown {
+				continue
+			}
+			w, ok := seenLive[c.Name]
+			got := c.Address
+			if !ok || got.Traddr != w.Traddr || got.Trsvcid != w.Trsvcid || got.HostTraddr != w.HostTraddr || got.HostIface != w.HostIface || got.SrcAddr != "" || c.RawAddress != "" {
+				t.Fatalf("%s: %s Reader remembers %s (%s) at %+v (raw %q); live it showed %+v", step, reader, c.Name, c.State, got, c.RawAddress, w)
+			}
+			c.Address, c.AddressUnknown = nvme.Address{}, true
+		}
+	}
 	same := func(step string) *nvme.Host {
 		t.Helper()
 		want := settled(t, step, func() (*nvme.Host, error) { return nvme.Read(sys) })
@@ -52,6 +79,7 @@ func TestReader_NVMeOnARealKernel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: Reader: %v", step, err)
 		}
+		forgetRemembered(step, "ScopeAll", got)
 		if d := cmp.Diff(want, got); d != "" {
 			t.Fatalf("%s: Reader differs from a fresh Read (-fresh +reader):\n%s", step, d)
 		}
@@ -59,6 +87,7 @@ func TestReader_NVMeOnARealKernel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: ScopePaths Reader: %v", step, err)
 		}
+		forgetRemembered(step, "ScopePaths", p)
 		if d := cmp.Diff(nvme.Inspect(want, nil), nvme.Inspect(p, nil)); d != "" {
 			t.Fatalf("%s: Inspect differs on the ScopePaths Host (-full +paths):\n%s", step, d)
 		}
