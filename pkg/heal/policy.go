@@ -184,6 +184,14 @@ func (p *Policy) Heal(ctx context.Context, defects []Defect, r Repairer) []Outco
 			continue
 		}
 		o := p.decide(d)
+		// One teardown per call: every defect was inspected on one read
+		// of the target, taken before the first teardown, so a second
+		// teardown's co-tenant check is stale (two controllers, each the
+		// other's co-tenants' remaining path, would both pass it). It is
+		// decided again on the next read.
+		if o.Verdict == Repaired && len(removed) > 0 {
+			continue
+		}
 		first, cured := p.firstStep(ctx, d, r)
 		switch {
 		case cured:
@@ -372,6 +380,14 @@ func (p *Policy) Plan(defects []Defect) []Outcome {
 			continue
 		}
 		o := p.decide(d)
+		// One teardown per call: every defect was inspected on one read
+		// of the target, taken before the first teardown, so a second
+		// teardown's co-tenant check is stale (two controllers, each the
+		// other's co-tenants' remaining path, would both pass it). It is
+		// decided again on the next read.
+		if o.Verdict == Repaired && len(removed) > 0 {
+			continue
+		}
 		if o.Verdict == Repaired {
 			o.Verdict, o.Class, o.Reason = Observed, ClassObserveMode, "would tear down "+pathNames(d.Teardown)
 			for _, rp := range d.Teardown {

@@ -91,15 +91,53 @@ func TestHeal_DefersAControllerConnected97msAgoThenRepairsOnceGraceHasPassed(t *
 	}
 }
 
+// Every defect of a call was inspected on one read of the target, taken
+// before the call's first teardown: two controllers, each the remaining
+// path of the other's co-tenants, both pass the co-tenant check on that
+// read. Only the first is torn down; the second is decided again on the
+// next read (found in the real kernel: a namespace's legs removed before
+// its head made every live controller "not contributing" at once).
+func TestHeal_OneTeardownPerCall(t *testing.T) {
+	old := t0.Add(-time.Hour)
+	p := newPolicy(t, ModeRepair, clocktesting.NewFakeClock(t0))
+	r := &recorder{}
+	out := p.Heal(context.Background(), []Defect{notContributing("4420", old), notContributing("4421", old)}, r)
+	if diff := cmp.Diff([]Verdict{Repaired}, verdicts(out)); diff != "" {
+		t.Errorf("verdicts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"tcp 127.0.0.1:4420"}, r.calls); diff != "" {
+		t.Errorf("repairs (-want +got):\n%s", diff)
+	}
+	// A refusal or a deferral after the teardown is still decided and
+	// logged: only a second teardown waits.
+	p2 := newPolicy(t, ModeRepair, clocktesting.NewFakeClock(t0))
+	young := notContributing("4422", t0.Add(-time.Second))
+	out = p2.Heal(context.Background(), []Defect{notContributing("4420", old), young}, &recorder{})
+	if diff := cmp.Diff([]Verdict{Repaired, Deferred}, verdicts(out)); diff != "" {
+		t.Errorf("with a young controller (-want +got):\n%s", diff)
+	}
+}
+
 func TestHeal_CooldownKeys(t *testing.T) {
 	old := t0.Add(-time.Hour)
-	t.Run("three broken controller paths are three repairs", func(t *testing.T) {
+	t.Run("three broken controller paths are three repairs, one per decision", func(t *testing.T) {
 		clk := clocktesting.NewFakeClock(t0)
 		p := newPolicy(t, ModeRepair, clk)
 		r := &recorder{}
-		out := p.Heal(context.Background(), []Defect{notContributing("4421", old), notContributing("4422", old), notContributing("4423", old)}, r)
-		if diff := cmp.Diff([]Verdict{Repaired, Repaired, Repaired}, verdicts(out)); diff != "" {
-			t.Errorf("(-want +got):\n%s", diff)
+		ds := []Defect{notContributing("4421", old), notContributing("4422", old), notContributing("4423", old)}
+		// Each call tears one down; the next call defers the repaired
+		// key by its cooldown and repairs the next: one key's cooldown
+		// holds back no other key.
+		want := [][]Verdict{{Repaired}, {Deferred, Repaired}, {Deferred, Deferred, Repaired}}
+		for i := range want {
+			out := p.Heal(context.Background(), ds, r)
+			if diff := cmp.Diff(want[i], verdicts(out)); diff != "" {
+				t.Errorf("call %d (-want +got):\n%s", i+1, diff)
+			}
+			clk.Step(time.Second)
+		}
+		if diff := cmp.Diff([]string{"tcp 127.0.0.1:4421", "tcp 127.0.0.1:4422", "tcp 127.0.0.1:4423"}, r.calls); diff != "" {
+			t.Errorf("repairs (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("two stale AmbiguousHead instances of one NQN are two repairs", func(t *testing.T) {
@@ -110,9 +148,12 @@ func TestHeal_CooldownKeys(t *testing.T) {
 			return Defect{Kind: AmbiguousHead, Scope: ScopeSubsystem, Key: inst, Subject: "nqn.2014-08.io.example:a",
 				Teardown: []Path{{Name: ctrl, State: "live", CreatedAt: old}}}
 		}
-		out := p.Heal(context.Background(), []Defect{head("nvme-subsys3", "nvme5"), head("nvme-subsys4", "nvme6")}, r)
-		if diff := cmp.Diff([]Verdict{Repaired, Repaired}, verdicts(out)); diff != "" {
-			t.Errorf("(-want +got):\n%s", diff)
+		ds := []Defect{head("nvme-subsys3", "nvme5"), head("nvme-subsys4", "nvme6")}
+		if diff := cmp.Diff([]Verdict{Repaired}, verdicts(p.Heal(context.Background(), ds, r))); diff != "" {
+			t.Errorf("first call (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]Verdict{Deferred, Repaired}, verdicts(p.Heal(context.Background(), ds, r))); diff != "" {
+			t.Errorf("second call (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("the same key inside the cooldown is deferred, after it repaired again", func(t *testing.T) {

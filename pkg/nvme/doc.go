@@ -91,7 +91,9 @@
 //     endpoint are the kernel's reconnect, not a defect.
 //   - ControllerNotContributing (controller, key: NQN and endpoint): the
 //     controller is live, the subsystem exports namespaces, and the
-//     controller has no leg to at least one of them. Reported only when
+//     controller has no leg to at least one of them that another
+//     controller has a leg to (a namespace with no leg at all is going
+//     away, or has no path to blame one controller for). Reported only when
 //     the controller is not already StaleEndpoint.
 //
 // Controllers being deleted, and states this package does not know, yield

@@ -66,7 +66,8 @@ func (in *inspection) namespaceMissing(s *Subsystem) (heal.Defect, bool) {
 // and returns at most one defect: StaleEndpoint when the kernel gave up on
 // c (state dead) or when staged volumes on s's NQN exist and none lists
 // c's endpoint; otherwise ControllerNotContributing when c is live, s
-// exports namespaces and c has no leg to at least one of them. A
+// exports namespaces and c has no leg to at least one of them that
+// another controller has a leg to. A
 // controller that is recovering, being deleted or in a state this package
 // does not know yields nothing beyond the unlisted-endpoint rule.
 func (in *inspection) controllerDefect(s *Subsystem, c *Controller) (heal.Defect, bool) {
@@ -117,6 +118,15 @@ func (in *inspection) controllerDefect(s *Subsystem, c *Controller) (heal.Defect
 	var names []string
 	for i := range s.Namespaces {
 		ns := &s.Namespaces[i]
+		// A namespace no controller has a leg to is no evidence against
+		// this one: the kernel removes a namespace's legs before its head
+		// (the head outlives them by a fraction of a second when the
+		// namespace goes away), and every live controller would "lack"
+		// it at once. Only a namespace another controller reaches is one
+		// c fails to contribute to.
+		if len(ns.Paths) == 0 {
+			continue
+		}
 		if !ns.hasPathVia(c.Name) {
 			lacking = append(lacking, ns)
 			names = append(names, fmt.Sprintf("%s (nsid %d)", nsDevice(ns), ns.NSID))

@@ -137,6 +137,15 @@ func TestInspect(t *testing.T) {
 			}},
 		},
 		{
+			// The kernel removes a namespace's legs before its head: for a
+			// moment the head has no leg at all, and no controller is to
+			// blame (seen in the lab: both live controllers were torn
+			// down). Namespace 1 keeps its legs through both.
+			name: "a head without any leg makes no controller NotContributing",
+			subs: []nvmetest.Subsystem{sub([]int{1, 2}, ctrl(0, live, legs(opt, 1)), ctrl(1, live, legs(nopt, 1)))},
+			want: []Expectation{vol("v1", 1, 0, 1)},
+		},
+		{
 			name: "ControllerNotContributing whose teardown strands a co-tenant",
 			subs: []nvmetest.Subsystem{sub([]int{1, 2}, ctrl(0, "connecting", legs(opt, 1, 2)), ctrl(1, live, legs(nopt, 1)))},
 			want: []Expectation{vol("v1", 1, 0, 1)},
