@@ -33,7 +33,10 @@
 // step (firstStep) and is logged even when the verdict did not change.
 //
 // Defects are handled narrowest scope first, and one whose paths an
-// earlier repair of the same pass already removed is skipped. Every
+// earlier repair of the same pass already removed is skipped. At most one
+// teardown runs per pass: every defect of a pass was inspected on one
+// read taken before its first teardown, so a second teardown's co-tenant
+// check would be stale; it is decided again on the next read. Every
 // verdict is logged once at level 0 with stable keys (verdict, defect,
 // scope, key, controllers, coTenants, volumes, reason, mode); a deferral or
 // refusal repeating unchanged tick after tick is not logged again. Memory
