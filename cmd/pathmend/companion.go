@@ -8,7 +8,6 @@ import (
 	"io"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -175,32 +174,18 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 	klog.InfoS("Companion mode started", "mode", mode, "nvmeReconnect", cf.actions.NVMeReconnect, "nvmeRepairs", cf.actions.NVMeRepairs,
 		"iscsiRelogin", cf.actions.ISCSIRelogin, "iscsidRestart", cf.actions.ISCSIRestart, "learned", len(nv.Learned()))
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 2)
-	run := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-				cancel()
-			}
-		}()
-	}
+	// Until the context ends, whatever runs: with healing off and no
+	// metrics address there is nothing else to wait for.
+	tasks := []task{{"companion", func(ctx context.Context) error { <-ctx.Done(); return nil }}}
 	if mode != heal.ModeOff {
-		run("monitor", func() error { return mon.Run(ctx) })
+		tasks = append(tasks, task{"monitor", mon.Run})
 	}
 	if c.metricsAddress != "" {
-		run("metrics", func() error {
+		tasks = append(tasks, task{"metrics", func(ctx context.Context) error {
 			return metrics.Serve(ctx, c.metricsAddress, m, tickCheck(mon, mode, 3*c.monitorInterval+c.connectTimeout))
-		})
+		}})
 	}
-	<-ctx.Done()
-	wg.Wait()
-	close(errc)
-	return <-errc
+	return runTasks(ctx, tasks)
 }
 
 // newCompanionNVMe builds companion mode's NVMe heal on the state dir's

@@ -300,26 +300,39 @@ func serve(ctx context.Context, c serveConfig) error {
 		defer closeCheck()
 	}
 
+	tasks := []task{{"csi server", func(ctx context.Context) error { return d.Run(ctx, c.endpoint, c.shutdownTimeout) }}}
+	if mode != heal.ModeOff {
+		tasks = append(tasks, task{"monitor", mon.Run})
+	}
+	if c.metricsAddress != "" {
+		tasks = append(tasks, task{"metrics", func(ctx context.Context) error { return metrics.Serve(ctx, c.metricsAddress, m, check) }})
+	}
+	return runTasks(ctx, tasks)
+}
+
+// task is one long-running part of a command.
+type task struct {
+	name string
+	run  func(context.Context) error
+}
+
+// runTasks runs every task in its own goroutine and returns when all have
+// returned. The first to fail cancels the others' context, and its error
+// (named after the task) is the result.
+func runTasks(ctx context.Context, tasks []task) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
-	run := func(name string, f func() error) {
+	errc := make(chan error, len(tasks))
+	for _, t := range tasks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := f(); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
+			if err := t.run(ctx); err != nil {
+				errc <- fmt.Errorf("%s: %w", t.name, err)
 				cancel()
 			}
 		}()
-	}
-	run("csi server", func() error { return d.Run(ctx, c.endpoint, c.shutdownTimeout) })
-	if mode != heal.ModeOff {
-		run("monitor", func() error { return mon.Run(ctx) })
-	}
-	if c.metricsAddress != "" {
-		run("metrics", func() error { return metrics.Serve(ctx, c.metricsAddress, m, check) })
 	}
 	wg.Wait()
 	close(errc)
