@@ -14,6 +14,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -29,7 +30,7 @@ func (c clocks) DownFor(id iscsi.SessionID) (time.Duration, bool) {
 func captureAttacher(t *testing.T, name string, c SessionClocks) *Attacher {
 	t.Helper()
 	dir := t.TempDir()
-	if err := sysfs.Materialize(filepath.Join("../../../testdata/fixtures", name+".sysfs"), dir, time.Now()); err != nil {
+	if err := sysfstest.Materialize(filepath.Join("../../../testdata/fixtures", name+".sysfs"), dir, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	h := newFakeHost(t)
