@@ -2,8 +2,7 @@
 // model of the kernel's iSCSI state from sysfs, an Initiator that drives
 // open-iscsi through iscsiadm, and the SessionHealer that gets sessions
 // stuck out of LOGGED_IN back. The CSI attacher built on it lives in
-// package attach, so this package does not import pkg/driver (the monitor
-// imports this one).
+// package attach. Neither imports pkg/driver or pkg/monitor.
 //
 // # What it reads
 //
