@@ -42,6 +42,18 @@
 // change (the mtimes of these files never move), so how long a session has
 // been down is measured by the observer: the SessionHealer's clocks.
 //
+// # Diagnosis
+//
+// Inspect turns one Snapshot plus the staged volumes into typed findings
+// (heal.Defect with what they rest on): SessionDown for a session out of
+// LOGGED_IN, LUNNotRunning for a LUN the kernel blocked or offlined under
+// a LOGGED_IN session, MapDegraded for a multipath map with fewer live
+// slaves than its target has sessions (and which session or LUN defects
+// it follows from). Only states the kernel shows are defects: the healthy
+// lab capture yields none (TestInspect_HealthyCaptureHasNoDefect).
+// `pathmend diagnose` reports them; the loop counts SessionDown in the
+// defects metric.
+//
 // # What it writes and runs
 //
 // The only sysfs write of this package is a scan of exactly one LUN,
