@@ -86,3 +86,9 @@ func (x *Index) ReportPaths(e Expectation) PathReport {
 	loc, locErr := x.Locate(e)
 	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return x.ControllersTo(e.NQN, ep) }, x.Unplaced(e.NQN))
 }
+
+// ControllersOf returns the controllers of subsystem NQN nqn, by name.
+func (x *Index) ControllersOf(nqn string) []*Controller { return x.controller[nqn] }
+
+// SubsystemsOf returns the subsystem instances that answer NQN nqn.
+func (x *Index) SubsystemsOf(nqn string) []*Subsystem { return x.subsystem[nqn] }

@@ -170,6 +170,23 @@ type PathReport struct {
 	// Problems describe each expected path that is not live, e.g.
 	// "127.0.0.1:4421: nvme4 connecting" or "127.0.0.1:4421: not connected".
 	Problems []string
+	// Endpoints grade each expected endpoint, in the order the volume
+	// lists them.
+	Endpoints []EndpointPath
+}
+
+// EndpointPath is how one expected endpoint of a volume looks.
+type EndpointPath struct {
+	Endpoint volume.Endpoint
+	// Controller is the controller that serves it (the live one when one
+	// is, else the last one looked at); empty when none does.
+	Controller ControllerName
+	// Live: a live controller whose leg to the namespace carries I/O;
+	// Optimized: that leg is ANA optimized (or has no ANA state).
+	Live, Optimized bool
+	// Problem says why it is not live, without the endpoint ("nvme4
+	// connecting", "not connected"); empty when live.
+	Problem string
 }
 
 // ReportPaths grades every expected endpoint of e in h.
@@ -182,49 +199,50 @@ func ReportPaths(h *Host, e Expectation) PathReport {
 // endpoint, and its controllers of unknown address (never live paths:
 // the address of a live controller is read).
 func reportPaths(e Expectation, loc Located, locErr error, controllersTo func(volume.Endpoint) []*Controller, unknown []*Controller) PathReport {
-	r := PathReport{Expected: len(e.Endpoints)}
+	r := PathReport{Expected: len(e.Endpoints), Endpoints: make([]EndpointPath, 0, len(e.Endpoints))}
 	for _, ep := range e.Endpoints {
+		p := EndpointPath{Endpoint: ep}
 		ctrls := controllersTo(ep)
-		if len(ctrls) == 0 && len(unknown) > 0 {
+		switch {
+		case len(ctrls) == 0 && len(unknown) > 0:
 			names := make([]string, len(unknown))
 			for i, c := range unknown {
 				names[i] = string(c.Name) + " " + string(c.State)
 			}
-			r.Problems = append(r.Problems, ep.String()+": not connected, or by "+strings.Join(names, ", ")+": "+AddressNotKnown)
-			continue
+			p.Problem = "not connected, or by " + strings.Join(names, ", ") + ": " + AddressNotKnown
+		case len(ctrls) == 0:
+			p.Problem = "not connected"
 		}
-		if len(ctrls) == 0 {
-			r.Problems = append(r.Problems, ep.String()+": not connected")
-			continue
-		}
-		best := ""
 		for _, c := range ctrls {
+			p.Controller = c.Name
 			if locErr != nil {
-				best = fmt.Sprintf("%s %s, %v", c.Name, c.State, locErr)
+				p.Problem = fmt.Sprintf("%s %s, %v", c.Name, c.State, locErr)
 				continue
 			}
 			leg, ok := legOf(loc.Namespace, c.Name)
 			switch {
 			case c.State != StateLive:
-				best = fmt.Sprintf("%s %s", c.Name, c.State)
+				p.Problem = fmt.Sprintf("%s %s", c.Name, c.State)
 			case !ok:
-				best = fmt.Sprintf("%s contributes no path", c.Name)
+				p.Problem = fmt.Sprintf("%s contributes no path", c.Name)
 			case !leg.ANAState.Usable():
-				best = fmt.Sprintf("%s ANA %s", c.Name, leg.ANAState)
+				p.Problem = fmt.Sprintf("%s ANA %s", c.Name, leg.ANAState)
 			default:
-				best = ""
+				p.Problem, p.Live = "", true
 				r.Live++
 				if leg.ANAState == ANAOptimized || leg.ANAState == ANANone {
+					p.Optimized = true
 					r.Optimized++
 				}
 			}
-			if best == "" {
+			if p.Problem == "" {
 				break
 			}
 		}
-		if best != "" {
-			r.Problems = append(r.Problems, ep.String()+": "+best)
+		if p.Problem != "" {
+			r.Problems = append(r.Problems, ep.String()+": "+p.Problem)
 		}
+		r.Endpoints = append(r.Endpoints, p)
 	}
 	return r
 }

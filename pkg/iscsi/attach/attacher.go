@@ -48,12 +48,6 @@ type AttrWriter interface {
 	WriteAttr(rel, value string) error
 }
 
-// SessionClocks tells how long the observer has seen a session out of
-// LOGGED_IN. *SessionHealer implements it; Health uses it for its message.
-type SessionClocks interface {
-	DownFor(id iscsi.SessionID) (time.Duration, bool)
-}
-
 // AttacherConfig configures an Attacher.
 type AttacherConfig struct {
 	// Sys is the sysfs root. Required.
@@ -91,7 +85,7 @@ type AttacherConfig struct {
 	// Resolver resolves portal host names; net.DefaultResolver when nil.
 	Resolver iscsi.Resolver
 	// Clocks, when set, lets Health say how long a session has been down.
-	Clocks SessionClocks
+	Clocks iscsi.SessionClocks
 	// Clock times the waits for disks and maps; the real clock when nil.
 	Clock clock.Clock
 	// VerifyNode checks that the device node at path is the block device

@@ -15,9 +15,16 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
+
+// Mender runs the repair step of the NVMe job on one subsystem
+// (*nvmeheal.Transport).
+type Mender interface {
+	Mend(ctx context.Context, m nvmeheal.Mend) (nvmeheal.Mended, error)
+}
 
 // ErrNoPath: not one endpoint of the volume could be connected.
 var ErrNoPath = errors.New("no path to the volume could be connected")
@@ -29,8 +36,10 @@ type AttacherConfig struct {
 	DevRoot   string
 	Connector nvme.Connector
 	Host      fabrics.HostIdentity
-	// Policy is the process's one heal policy.
-	Policy *heal.Policy
+	// Mender is the NVMe transport's repair step (*nvmeheal.Transport):
+	// the attach-time repair is the NVMe job's, run under the lease the
+	// NodeStage holds, through the process's one heal policy.
+	Mender Mender
 	// Clock times the waits for a namespace and a resize; the real clock
 	// when nil.
 	Clock clock.Clock
@@ -56,8 +65,8 @@ type Attacher struct {
 
 // NewAttacher validates cfg and fills in defaults.
 func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
-	if cfg.Connector == nil || cfg.Policy == nil || cfg.DevRoot == "" || cfg.SysFS.Root() == "" {
-		return nil, errors.New("nvme attacher: sysfs, dev root, connector and policy are required")
+	if cfg.Connector == nil || cfg.Mender == nil || cfg.DevRoot == "" || cfg.SysFS.Root() == "" {
+		return nil, errors.New("nvme attacher: sysfs, dev root, connector and mender are required")
 	}
 	if cfg.Host.NQN == "" || cfg.Host.ID == "" {
 		return nil, errors.New("nvme attacher: host NQN and host ID are required")
@@ -133,13 +142,18 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 		level = 2 // usable already: the repair is about a path, not the stage
 	}
 	klog.V(level).InfoS("Volume not fully usable after connect; trying one repair", "volumeID", req.VolumeID, "nqn", n.NQN, "lookup", errString(locErr), "defects", len(defects))
+	// The repair is the NVMe job's own repair step, on the one subsystem
+	// whose lease this NodeStage holds: it diagnoses again on a fresh read
+	// and spares the co-tenants sysfs shows.
+	m := nvmeheal.Mend{NQN: n.NQN, Expect: []nvme.Expectation{exp}, Concern: &exp}
 	if err := req.CoTenants.Err(); err != nil {
-		for i := range defects {
-			defects[i].Blocked = err.Error()
-		}
+		m.Blocked = err.Error()
 	}
-	repairer := &nvme.Repairer{Detacher: a.cfg.Connector, Rescanner: a.cfg.Connector, SysFS: a.cfg.SysFS, Expectations: []nvme.Expectation{exp}, Clock: a.cfg.Clock}
-	outs := a.cfg.Policy.Heal(ctx, defects, repairer)
+	mended, err := a.cfg.Mender.Mend(ctx, m)
+	if err != nil {
+		return att, fmt.Errorf("repair %s: %w", n.NQN, err)
+	}
+	outs := mended.Outcomes
 	for _, o := range outs {
 		for _, p := range o.Removed {
 			created = slices.DeleteFunc(created, func(c string) bool { return c == p.Name })
