@@ -105,6 +105,9 @@ type Attacher struct {
 	// checkNode verifies a device node against the sysfs dev attribute;
 	// tests that cannot create device nodes replace it.
 	checkNode func(path, devt string) error
+	// health reads the target of one volume for Health
+	// (iscsi.Reader.ReadTarget), remembering what cannot change.
+	health *iscsi.Reader
 }
 
 // NewAttacher validates cfg and returns an Attacher. Nothing is read or run.
@@ -157,7 +160,7 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 	if cfg.VerifyNode == nil {
 		cfg.VerifyNode = checkBlockNode
 	}
-	return &Attacher{cfg: cfg, checkNode: cfg.VerifyNode}, nil
+	return &Attacher{cfg: cfg, checkNode: cfg.VerifyNode, health: iscsi.NewReader(cfg.Sys)}, nil
 }
 
 func setDuration(d *time.Duration, v time.Duration) {

@@ -167,8 +167,9 @@ func (t *Transport) Finish(ctx context.Context, r model.Round, jobs model.Jobs) 
 	return rep
 }
 
-// RefreshTarget reads the sessions of target tg and returns its staged
-// volumes among recs as they are now.
+// RefreshTarget reads the sessions of target tg only
+// (iscsi.Reader.ReadTarget) and returns its staged volumes among recs as
+// they are now.
 func (t *Transport) RefreshTarget(ctx context.Context, tg volume.Target, recs []volume.Record) ([]model.Volume, error) {
 	var mine []volume.Record
 	for _, rec := range recs {
@@ -179,7 +180,7 @@ func (t *Transport) RefreshTarget(ctx context.Context, tg volume.Target, recs []
 	if len(mine) == 0 {
 		return nil, nil
 	}
-	snap, err := t.reader.Read(t.deps.Clock.Now())
+	snap, err := t.reader.ReadTarget(tg.Name, t.deps.Clock.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -59,7 +59,9 @@ type AttacherConfig struct {
 type Attacher struct {
 	cfg AttacherConfig
 	// reader remembers the address of every controller it has seen
-	// live, which is not read while a controller is not.
+	// live, which is not read while a controller is not. Every read is of
+	// the volume's own subsystem (ReadTarget): what one volume's attach,
+	// detach or health costs does not grow with the node.
 	reader *nvme.Reader
 }
 
@@ -191,7 +193,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 		klog.InfoS("Undo leaves the controllers it connected: other volumes use the subsystem", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","), "volumes", strings.Join(users, ","))
 		return nil
 	}
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(c.nqn)
 	if err != nil {
 		return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
 	}
@@ -219,7 +221,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 // usable over the others, and the monitor keeps trying. Only when no
 // endpoint has a controller is it an error.
 func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.Secrets) ([]string, error) {
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(n.NQN)
 	if err != nil {
 		return nil, fmt.Errorf("read nvme state: %w", err)
 	}
@@ -275,7 +277,7 @@ func (a *Attacher) waitDevice(ctx context.Context, exp nvme.Expectation) (volume
 
 // device locates the namespace and verifies its block device.
 func (a *Attacher) device(exp nvme.Expectation) (volume.Device, error) {
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(exp.NQN)
 	if err != nil {
 		return volume.Device{}, err
 	}
@@ -307,7 +309,7 @@ func (a *Attacher) device(exp nvme.Expectation) (volume.Device, error) {
 // monitor: endpoints other volumes no longer list are not this stage's
 // business.
 func (a *Attacher) defectsOf(exp nvme.Expectation) ([]heal.Defect, error) {
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(exp.NQN)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +339,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 		klog.InfoS("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other volumes use the subsystem", "volumes", strings.Join(users, ","))
 		return nil
 	}
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(n.NQN)
 	if err != nil {
 		return err
 	}
@@ -375,7 +377,7 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(n.NQN)
 	if err != nil {
 		return 0, err
 	}
@@ -402,13 +404,15 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	return before.SizeBytes, nil
 }
 
-// Health grades the volume's paths from a fresh read of sysfs.
+// Health grades the volume's paths from a fresh read of its own
+// subsystem's objects (nvme.Reader.ReadTarget): a handful of files,
+// whatever the number of volumes on the node.
 func (a *Attacher) Health(_ context.Context, rec volume.Record) volume.Condition {
 	n := rec.Context.NVMe
 	if n == nil {
 		return volume.Condition{Status: volume.Inaccessible, Reason: "NotNVMe", Message: "record is not nvme-tcp"}
 	}
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(n.NQN)
 	if err != nil {
 		return volume.Condition{Status: volume.Inaccessible, Reason: "SysfsUnreadable", Message: err.Error()}
 	}

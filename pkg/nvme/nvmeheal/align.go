@@ -42,11 +42,13 @@ func tuneTargets(exps []nvme.Expectation, recs map[string]volume.Record) []nvme.
 }
 
 // planAlign marks, in repair mode, the subsystems of staged volumes with a
-// present controller not yet aligned with the timeouts its volumes want
-// (or aligned as another instance, or to other timeouts), or a head not
-// yet looked at: their job aligns them under the target's lease. It reads
-// only host (the tick's read, which does not carry the timeouts) and what
-// the monitor remembers; in a steady tick it marks nothing. It also
+// present controller whose timeouts differ from the ones its volumes
+// want, or a head whose delayed_removal_secs is not set: their job aligns
+// them under the target's lease. A controller instance (or head) it has
+// not looked at yet is read once here — its three timeouts; reading
+// takes no lease — and remembered as aligned when nothing differs, so a
+// restarted plugin whose controllers are aligned already starts no job
+// for them. A steady tick reads nothing and marks nothing. It also
 // forgets the controllers and heads host no longer has.
 func (t *Transport) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map[string]volume.Record, need map[volume.Target]string) {
 	if t.deps.Policy.Mode() != heal.ModeRepair {
@@ -61,9 +63,14 @@ func (t *Transport) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map
 		if !ok {
 			continue
 		}
-		if a, ok := t.align.aligned[name]; !ok || !a.created.Equal(c.CreatedAt) || a.want != w {
-			need[nvmeTarget(c.SubsysNQN)] = HolderOwned
+		if a, ok := t.align.aligned[name]; ok && a.created.Equal(c.CreatedAt) && a.want == w {
+			continue
 		}
+		if tunes, err := nvme.TimeoutTunesOf(t.deps.SysFS, name, w); err == nil && len(tunes) == 0 {
+			t.align.aligned[name] = aligned{created: c.CreatedAt, want: w}
+			continue
+		}
+		need[nvmeTarget(c.SubsysNQN)] = HolderOwned
 	}
 	for name := range t.align.aligned {
 		if _, ok := want[name]; !ok {
@@ -76,10 +83,16 @@ func (t *Transport) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map
 		if err != nil || loc.Namespace.Head == "" {
 			continue
 		}
-		heads[loc.Namespace.Head] = true
-		if !t.align.heads[loc.Namespace.Head] {
-			need[nvmeTarget(tt.Expectation.NQN)] = HolderOwned
+		head := loc.Namespace.Head
+		heads[head] = true
+		if t.align.heads[head] {
+			continue
 		}
+		if _, ok := nvme.DelayedRemovalTune(t.deps.SysFS, head); !ok {
+			t.align.heads[head] = true // nothing to set: the kernel has no delay, or it is set
+			continue
+		}
+		need[nvmeTarget(tt.Expectation.NQN)] = HolderOwned
 	}
 	for h := range t.align.heads {
 		if !heads[h] {

@@ -53,11 +53,12 @@ type Mended struct {
 // Mend is the repair step of the NVMe job, the one code that repairs a
 // subsystem: on a fresh read it diagnoses (nvme.Inspect), decides through
 // the policy (heal.Policy) and tears down what the policy allows
-// (nvme.Repairer). The caller holds the subsystem's lease: the loop's
+// (nvme.Repairer). It reads the subsystem's own objects only
+// (nvme.Reader.ReadTarget). The caller holds the subsystem's lease: the loop's
 // job, and the NVMe attacher's repair during a NodeStage (which holds
 // the lease of the one subsystem it attaches).
 func (t *Transport) Mend(ctx context.Context, m Mend) (Mended, error) {
-	host, err := t.reader.Read()
+	host, err := t.reader.ReadTarget(m.NQN)
 	if err != nil {
 		return Mended{}, err
 	}
@@ -217,7 +218,7 @@ func (t *Transport) ownedJob(ctx context.Context, ls volume.Listing, res *model.
 	// 5. align the staged volumes' controller timeouts, on a fresh read
 	// when this job changed the controllers.
 	if res.Changed {
-		if h, err := t.reader.Read(); err == nil {
+		if h, err := t.reader.ReadTarget(nqn); err == nil {
 			host = h
 		}
 	}

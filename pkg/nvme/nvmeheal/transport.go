@@ -416,8 +416,9 @@ func (t *Transport) forgetEndpoints() {
 	t.reach.prune(nil)
 }
 
-// RefreshTarget reads sysfs and returns the staged volumes of recs on
-// subsystem tg (the records of that target) as they are now.
+// RefreshTarget reads the objects of subsystem tg only
+// (nvme.Reader.ReadTarget) and returns its staged volumes among recs as
+// they are now.
 func (t *Transport) RefreshTarget(ctx context.Context, tg volume.Target, recs []volume.Record) ([]model.Volume, error) {
 	_, staged, _ := expectations(recs)
 	var mine []nvme.Expectation
@@ -429,7 +430,7 @@ func (t *Transport) RefreshTarget(ctx context.Context, tg volume.Target, recs []
 	if len(mine) == 0 {
 		return nil, nil
 	}
-	host, err := t.reader.Read()
+	host, err := t.reader.ReadTarget(tg.Name)
 	if err != nil {
 		return nil, err
 	}
