@@ -23,12 +23,19 @@ import (
 // The staged-device check reads no sysfs beyond the number of a replaced
 // device, and runs in every heal mode: it reports, it changes nothing.
 func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]volume.Condition) []string {
-	byID := map[string]volume.Record{}
-	var staged []volume.Record
-	for _, rec := range r.Listing.Records {
-		if rec.State == volume.StateStaged {
+	byID := make(map[string]*volume.Record, len(r.Listing.Records))
+	staged := r.Listing.Records // when every record is staged, as on a steady node
+	for i := range r.Listing.Records {
+		if rec := &r.Listing.Records[i]; rec.State == volume.StateStaged {
 			byID[rec.VolumeID] = rec
-			staged = append(staged, rec)
+		}
+	}
+	if len(byID) != len(staged) {
+		staged = make([]volume.Record, 0, len(byID))
+		for _, rec := range r.Listing.Records {
+			if rec.State == volume.StateStaged {
+				staged = append(staged, rec)
+			}
 		}
 	}
 	held := map[string]volume.StagedDevice{}
@@ -39,8 +46,9 @@ func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]v
 		}
 		held = h
 	}
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(vols))
 	var replaced []string
+	prev := m.deps.Model.Snapshot()
 	m.mu.Lock()
 	for i := range vols {
 		v := &vols[i]
@@ -53,8 +61,14 @@ func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]v
 			continue
 		}
 		if s, ok := held[v.ID]; ok {
-			v.Held = &s
-			if c, rep := m.replacedCondition(rec, s, v.Devices); rep {
+			// The held device the model has, when it is the same: a
+			// steady tick allocates nothing for it.
+			if p, ok := prev.Volume(v.ID); ok && p.Held != nil && *p.Held == s {
+				v.Held = p.Held
+			} else {
+				v.Held = &s
+			}
+			if c, rep := m.replacedCondition(*rec, s, v.Devices); rep {
 				v.Condition = c
 				replaced = append(replaced, v.ID)
 				if !m.replaced[v.ID] {
@@ -65,8 +79,11 @@ func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]v
 		live, opt := v.Live()
 		m.deps.Metrics.SetVolumePaths(v.ID, string(rec.Context.Transport), len(v.Paths), live, opt)
 	}
-	rep := map[string]bool{}
+	var rep map[string]bool
 	for _, id := range replaced {
+		if rep == nil {
+			rep = map[string]bool{}
+		}
 		rep[id] = true
 	}
 	for _, rec := range staged {

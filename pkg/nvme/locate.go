@@ -149,7 +149,8 @@ func Covered(h *Host, nqn string, ep volume.Endpoint) bool {
 // EndpointMatches reports whether a controller address goes to ep: equal
 // IPs (any notation) or equal host names, and the same port.
 func EndpointMatches(a Address, ep volume.Endpoint) bool {
-	if a.Trsvcid != strconv.Itoa(int(ep.Port)) {
+	var port [5]byte // uint16: at most five digits, on the stack
+	if a.Trsvcid != string(strconv.AppendUint(port[:0], uint64(ep.Port), 10)) {
 		return false
 	}
 	if ip, eip := net.ParseIP(a.Traddr), net.ParseIP(ep.Host); ip != nil && eip != nil {
@@ -192,28 +193,54 @@ type EndpointPath struct {
 // ReportPaths grades every expected endpoint of e in h.
 func ReportPaths(h *Host, e Expectation) PathReport {
 	loc, locErr := Locate(h, e)
-	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return ControllersTo(h, e.NQN, ep) }, Unplaced(h, e.NQN))
+	ctrls := make([]*Controller, 0, len(h.Controllers))
+	for i := range h.Controllers {
+		if h.Controllers[i].SubsysNQN == e.NQN {
+			ctrls = append(ctrls, &h.Controllers[i])
+		}
+	}
+	return reportPaths(e, loc, locErr, ctrls, nil)
 }
 
-// reportPaths is ReportPaths given e's location, its controllers to each
-// endpoint, and its controllers of unknown address (never live paths:
-// the address of a live controller is read).
-func reportPaths(e Expectation, loc Located, locErr error, controllersTo func(volume.Endpoint) []*Controller, unknown []*Controller) PathReport {
-	r := PathReport{Expected: len(e.Endpoints), Endpoints: make([]EndpointPath, 0, len(e.Endpoints))}
+// reportPaths is ReportPaths given e's location and the controllers of
+// its subsystem NQN; it appends the endpoints' grades to eps[:0]. A
+// controller of unknown address is never a live path (the address of a
+// live controller is read).
+func reportPaths(e Expectation, loc Located, locErr error, ctrls []*Controller, eps []EndpointPath) PathReport {
+	if eps == nil {
+		eps = make([]EndpointPath, 0, len(e.Endpoints))
+	}
+	r := PathReport{Expected: len(e.Endpoints), Endpoints: eps[:0]}
+	unknown := 0
+	for _, c := range ctrls {
+		if unplaced(c) {
+			unknown++
+		}
+	}
 	for _, ep := range e.Endpoints {
 		p := EndpointPath{Endpoint: ep}
-		ctrls := controllersTo(ep)
+		to := 0
+		for _, c := range ctrls {
+			if presentTo(c, ep) {
+				to++
+			}
+		}
 		switch {
-		case len(ctrls) == 0 && len(unknown) > 0:
-			names := make([]string, len(unknown))
-			for i, c := range unknown {
-				names[i] = string(c.Name) + " " + string(c.State)
+		case to == 0 && unknown > 0:
+			var names []string
+			for _, c := range ctrls {
+				if unplaced(c) {
+					names = append(names, string(c.Name)+" "+string(c.State))
+				}
 			}
 			p.Problem = "not connected, or by " + strings.Join(names, ", ") + ": " + AddressNotKnown
-		case len(ctrls) == 0:
+		case to == 0:
 			p.Problem = "not connected"
 		}
 		for _, c := range ctrls {
+			if !presentTo(c, ep) {
+				continue
+			}
 			p.Controller = c.Name
 			if locErr != nil {
 				p.Problem = fmt.Sprintf("%s %s, %v", c.Name, c.State, locErr)

@@ -33,7 +33,7 @@ func newAlignment() alignment {
 
 // tuneTargets pairs each staged volume's expectation with its effective
 // timeouts (its context's, else pathmend's defaults; nvme.TimeoutsOf).
-func tuneTargets(exps []nvme.Expectation, recs map[string]volume.Record) []nvme.TuneTarget {
+func tuneTargets(exps []nvme.Expectation, recs map[string]*volume.Record) []nvme.TuneTarget {
 	targets := make([]nvme.TuneTarget, 0, len(exps))
 	for _, e := range exps {
 		targets = append(targets, nvme.TuneTarget{Expectation: e, Timeouts: nvme.TimeoutsOf(recs[e.VolumeID].Context.NVMe)})
@@ -50,12 +50,13 @@ func tuneTargets(exps []nvme.Expectation, recs map[string]volume.Record) []nvme.
 // restarted plugin whose controllers are aligned already starts no job
 // for them. A steady tick reads nothing and marks nothing. It also
 // forgets the controllers and heads host no longer has.
-func (t *Transport) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map[string]volume.Record, need map[volume.Target]string) {
+func (t *Transport) planAlign(idx *nvme.Index, exps []nvme.Expectation, recs map[string]*volume.Record, need map[volume.Target]string) {
 	if t.deps.Policy.Mode() != heal.ModeRepair {
 		return
 	}
+	host := idx.Host()
 	targets := tuneTargets(exps, recs)
-	want, _ := nvme.ControllerTimeouts(host, targets)
+	want, _ := nvme.ControllerTimeoutsIn(idx, targets)
 	t.alignMu.Lock()
 	defer t.alignMu.Unlock()
 	for name, w := range want {
@@ -79,7 +80,7 @@ func (t *Transport) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map
 	}
 	heads := map[nvme.DeviceName]bool{}
 	for _, tt := range targets {
-		loc, err := nvme.Locate(host, tt.Expectation)
+		loc, err := idx.Locate(tt.Expectation)
 		if err != nil || loc.Namespace.Head == "" {
 			continue
 		}
@@ -114,7 +115,7 @@ func (t *Transport) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map
 // Each controller instance (name and creation time) is read and aligned
 // once, and again only when the timeouts its volumes want change; each
 // head is looked at once while it exists.
-func (t *Transport) alignTimeouts(host *nvme.Host, nqn string, exps []nvme.Expectation, recs map[string]volume.Record) {
+func (t *Transport) alignTimeouts(host *nvme.Host, nqn string, exps []nvme.Expectation, recs map[string]*volume.Record) {
 	if t.deps.Policy.Mode() != heal.ModeRepair {
 		return
 	}

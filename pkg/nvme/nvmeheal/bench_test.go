@@ -109,9 +109,9 @@ func alignAll(b *testing.B, t *Transport, recs []volume.Record) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	byID := map[string]volume.Record{}
-	for _, r := range recs {
-		byID[r.VolumeID] = r
+	byID := map[string]*volume.Record{}
+	for i, r := range recs {
+		byID[r.VolumeID] = &recs[i]
 		if e, ok := nvme.ExpectationFromRecord(r); ok {
 			t.alignTimeouts(h, e.NQN, []nvme.Expectation{e}, byID)
 		}

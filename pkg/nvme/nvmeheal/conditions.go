@@ -102,25 +102,29 @@ func (t *Transport) Conditions() []volume.Condition {
 // trackEndpoints records, after a tick, how many endpoints staged volumes
 // list per target and forgets the unreachable ones that have a controller
 // again in host (the tick's last read) or that no volume lists any more.
-func (t *Transport) trackEndpoints(host *nvme.Host, exps []nvme.Expectation) {
-	listed := map[string]map[string]bool{}
-	missing := map[string]bool{}
+func (t *Transport) trackEndpoints(idx *nvme.Index, exps []nvme.Expectation) {
+	type listed struct {
+		nqn string
+		ep  volume.Endpoint
+	}
+	seen := make(map[listed]bool, len(exps)*3)
+	counts := make(map[string]int, len(exps))
+	var missing map[string]bool
 	for _, e := range exps {
-		if listed[e.NQN] == nil {
-			listed[e.NQN] = map[string]bool{}
-		}
 		for _, ep := range e.Endpoints {
-			listed[e.NQN][ep.String()] = true
-			if !nvme.Covered(host, e.NQN, ep) {
+			if k := (listed{e.NQN, ep}); !seen[k] {
+				seen[k] = true
+				counts[e.NQN]++
+			}
+			if !idx.Covered(e.NQN, ep) {
+				if missing == nil {
+					missing = map[string]bool{}
+				}
 				missing[e.NQN+" "+ep.String()] = true
 			}
 		}
 	}
 	t.reach.prune(missing)
-	counts := make(map[string]int, len(listed))
-	for nqn, eps := range listed {
-		counts[nqn] = len(eps)
-	}
 	t.mu.Lock()
 	t.endpoints = counts
 	t.mu.Unlock()

@@ -95,14 +95,30 @@ type Transport struct {
 	// endpoints counts the distinct endpoints staged volumes list, per
 	// subsystem NQN, as of the last tick.
 	endpoints map[string]int
+
+	// last is what Finish reported of each staged volume and the grades
+	// it was built from: a volume whose paths and device did not change
+	// is reported as it was, without building it again (the loop's
+	// goroutine only). buf is the grading's scratch space.
+	last map[string]lastVolume
+	gen  uint64
+	buf  []nvme.EndpointPath
+}
+
+// lastVolume is a staged volume as Finish last reported it, in tick gen.
+type lastVolume struct {
+	v      model.Volume
+	grades []nvme.EndpointPath
+	gen    uint64
 }
 
 // round is what Plan leaves for Finish.
 type round struct {
 	host    *nvme.Host
 	idx     *nvme.Index
+	all     []nvme.Expectation
 	staged  []nvme.Expectation
-	byID    map[string]volume.Record
+	byID    map[string]*volume.Record
 	notes   map[string][]string
 	learned map[string]companion.Subsystem
 	counts  map[heal.Kind]int
@@ -154,15 +170,25 @@ func nvmeTarget(nqn string) volume.Target {
 
 // expectations splits the NVMe records of recs: every one (co-tenants,
 // Inspect), and the staged ones with their records.
-func expectations(recs []volume.Record) (all, staged []nvme.Expectation, byID map[string]volume.Record) {
-	byID = map[string]volume.Record{}
-	for _, r := range recs {
-		if e, ok := nvme.ExpectationFromRecord(r); ok {
+func expectations(recs []volume.Record) (all, staged []nvme.Expectation, byID map[string]*volume.Record) {
+	byID = make(map[string]*volume.Record, len(recs))
+	all = make([]nvme.Expectation, 0, len(recs))
+	for i := range recs {
+		r := &recs[i]
+		if e, ok := nvme.ExpectationFromRecord(*r); ok {
 			all = append(all, e)
 			if r.State == volume.StateStaged {
-				staged = append(staged, e)
 				byID[r.VolumeID] = r
 			}
+		}
+	}
+	if len(byID) == len(all) {
+		return all, all, byID // every one staged, as on a steady node
+	}
+	staged = make([]nvme.Expectation, 0, len(byID))
+	for _, e := range all {
+		if byID[e.VolumeID] != nil {
+			staged = append(staged, e)
 		}
 	}
 	return all, staged, byID
@@ -183,11 +209,11 @@ func (t *Transport) Plan(ctx context.Context, r model.Round) model.Plan {
 	if t.deps.Policy.Mode() == heal.ModeOff {
 		return p
 	}
-	exps, staged, byID := []nvme.Expectation(nil), []nvme.Expectation(nil), map[string]volume.Record{}
+	exps, staged, byID := []nvme.Expectation(nil), []nvme.Expectation(nil), map[string]*volume.Record(nil)
 	if r.Owned {
 		exps, staged, byID = expectations(r.Listing.Records)
 	}
-	t.round.staged, t.round.byID = staged, byID
+	t.round.all, t.round.staged, t.round.byID = exps, staged, byID
 	foreign := t.cfg.Foreign != nil && r.Foreign
 	if foreign && r.ListErr != nil {
 		klog.ErrorS(r.ListErr, "Staged-volume records could not be listed; companion mode leaves every NVMe subsystem alone this tick")
@@ -216,7 +242,7 @@ func (t *Transport) Plan(ctx context.Context, r model.Round) model.Plan {
 			}
 		}
 		t.planReconnects(t.round.idx, staged, holders, &p)
-		t.planAlign(host, staged, byID, holders)
+		t.planAlign(t.round.idx, staged, byID, holders)
 		// Only targets some record names are the owned scope's: the
 		// kernel objects of targets pathmend did not stage are not its to
 		// repair.
@@ -367,37 +393,47 @@ func (t *Transport) Finish(ctx context.Context, r model.Round, jobs model.Jobs) 
 			idx = nvme.NewIndex(h)
 		}
 	}
-	inUse := map[string]bool{}
-	if r.Owned {
-		all, _, _ := expectations(r.Listing.Records)
-		for _, e := range all {
+	if t.back.Len() > 0 {
+		// Forget the backoff of endpoints nothing lists any more.
+		inUse := map[string]bool{}
+		for _, e := range t.round.all {
 			for _, ep := range e.Endpoints {
 				inUse[e.NQN+" "+ep.String()] = true
 			}
 		}
-	}
-	for nqn, s := range t.round.learned {
-		for _, e := range s.Endpoints {
-			inUse[nqn+" "+e.String()] = true
+		for nqn, s := range t.round.learned {
+			for _, e := range s.Endpoints {
+				inUse[nqn+" "+e.String()] = true
+			}
 		}
+		t.back.Prune(func(k string) bool { return inUse[k] })
 	}
-	t.back.Prune(func(k string) bool { return inUse[k] })
 	if idx == nil || len(t.round.staged) == 0 {
 		t.forgetEndpoints()
 	}
 	if idx == nil {
 		return rep
 	}
+	if t.last == nil {
+		t.last = make(map[string]lastVolume, len(t.round.staged))
+	}
+	t.gen++
+	rep.Volumes = make([]model.Volume, 0, len(t.round.staged)+len(t.round.learned))
 	for _, e := range t.round.staged {
-		v := t.volumeOf(idx, e)
+		v := t.tickVolume(idx, e)
 		v.Notes = notes[e.VolumeID]
 		rep.Volumes = append(rep.Volumes, v)
+	}
+	for id, l := range t.last {
+		if l.gen != t.gen {
+			delete(t.last, id)
+		}
 	}
 	for _, nqn := range sortedKeys(t.round.learned) {
 		rep.Volumes = append(rep.Volumes, foreignVolume(idx, t.round.learned[nqn]))
 	}
 	if len(t.round.staged) > 0 {
-		t.trackEndpoints(idx.Host(), t.round.staged)
+		t.trackEndpoints(idx, t.round.staged)
 	}
 	rep.Node = t.Conditions()
 	return rep
@@ -442,10 +478,40 @@ func (t *Transport) RefreshTarget(ctx context.Context, tg volume.Target, recs []
 	return out, nil
 }
 
+// tickVolume is volumeOf for Finish: the volume as the last tick reported
+// it when its grades and its device are the same, so that a steady tick
+// builds nothing; it records what it reports in t.last.
+func (t *Transport) tickVolume(idx *nvme.Index, e nvme.Expectation) model.Volume {
+	pr := idx.ReportPathsInto(e, t.buf)
+	t.buf = pr.Endpoints[:0]
+	l, ok := t.last[e.VolumeID]
+	if !ok || !slices.Equal(l.grades, pr.Endpoints) || !sameHead(idx, e, l.v.Devices) {
+		l.v, l.grades = t.build(idx, e, pr), slices.Clone(pr.Endpoints)
+	}
+	l.gen = t.gen
+	t.last[e.VolumeID] = l
+	return l.v
+}
+
+// sameHead reports whether the namespace of e in idx is the one multipath
+// head devs holds, with the same number. (Without a head — multipath off
+// — the devices are read again.)
+func sameHead(idx *nvme.Index, e nvme.Expectation, devs []volume.BlockDevice) bool {
+	loc, err := idx.Locate(e)
+	if err != nil || loc.Namespace.Head == "" || loc.Namespace.Dev.IsZero() || len(devs) != 1 {
+		return false
+	}
+	return devs[0].Name == string(loc.Namespace.Head) && devs[0].Number == loc.Namespace.Dev
+}
+
 // volumeOf is the model's entry of staged volume e in idx: its expected
 // paths graded, its condition and the devices its namespace has now.
 func (t *Transport) volumeOf(idx *nvme.Index, e nvme.Expectation) model.Volume {
-	pr := idx.ReportPaths(e)
+	return t.build(idx, e, idx.ReportPaths(e))
+}
+
+// build is the entry of e from its grades pr.
+func (t *Transport) build(idx *nvme.Index, e nvme.Expectation, pr nvme.PathReport) model.Volume {
 	c := nvme.ConditionOf(pr)
 	c.Devices = nvme.CurrentDevices(t.deps.SysFS, idx.Host(), e)
 	v := model.Volume{ID: e.VolumeID, Target: nvmeTarget(e.NQN), Scope: model.Owned, Condition: c, Devices: c.Devices,
