@@ -17,7 +17,8 @@ import (
 // its condition (its paths graded, or a device the kernel replaced under
 // its users, or a staging mount that is gone), the loop's notes about it
 // and the facts other packages added. It comes from the node model when
-// the volume's entry there was read at most Config.HealthBound ago; else
+// the volume's entry there was read at most Config.HealthBound ago (and
+// not before the volume was staged as it is now); else
 // from a read of the volume's own kernel objects only (its transport's
 // Health: its subsystem, or its target's sessions) and the mount table,
 // never the whole node. That read is not written into the model: the
@@ -30,8 +31,11 @@ func (d *Driver) volumeHealth(ctx context.Context, rec volume.Record) model.Volu
 	}
 	var entry model.Volume
 	if d.deps.Model != nil {
+		// An entry read before the volume was staged as it is now (a
+		// restage onto the device that replaced the old one) is another
+		// staging's: not this one's answer.
 		e, ok := d.deps.Model.Snapshot().Volume(rec.VolumeID)
-		if ok && e.Scope == model.Owned && e.Target == rec.Target() {
+		if ok && e.Scope == model.Owned && e.Target == rec.Target() && !e.ReadAt.Before(rec.StagedAt) {
 			entry = e
 			if d.cfg.HealthBound > 0 && e.Age(d.deps.Now()) <= d.cfg.HealthBound {
 				return e
