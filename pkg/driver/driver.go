@@ -137,6 +137,9 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 			errs = append(errs, fmt.Errorf("no attacher for transport %q", t))
 		}
 	}
+	if cfg.HealthBound < 0 {
+		errs = append(errs, fmt.Errorf("health bound %s is negative", cfg.HealthBound))
+	}
 	if cfg.DefaultFSType == "" {
 		cfg.DefaultFSType = defaultFSType
 	}

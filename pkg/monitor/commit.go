@@ -139,6 +139,8 @@ func (m *Monitor) replacedCondition(rec volume.Record, s volume.StagedDevice, cu
 	return volume.Replaced(rec, s, current, removed)
 }
 
+var _ model.Refresher = (*Monitor)(nil)
+
 // RefreshTarget reads the kernel objects of target t only, through its
 // transport, and writes what it read of the target's staged volumes that
 // the model has (a volume staged since the last tick is the next tick's)

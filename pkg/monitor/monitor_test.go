@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
@@ -98,9 +99,15 @@ func newRig(t *testing.T, mode heal.Mode, prober nvmeheal.Prober) *rig {
 
 // newRigRun is a rig whose jobs run through runner.
 func newRigRun(t *testing.T, mode heal.Mode, prober nvmeheal.Prober, runner func(func())) *rig {
+	return newRigKernel(t, mode, prober, runner, nvmetest.NewKernel)
+}
+
+// newRigKernel is newRigRun on the fake kernel newKernel makes (one that
+// rebuilds its tree on a change, or changes it in place as sysfs is).
+func newRigKernel(t *testing.T, mode heal.Mode, prober nvmeheal.Prober, runner func(func()), newKernel func(string, clock.WithDelayedExecution) *nvmetest.Kernel) *rig {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	k := nvmetest.NewKernel(t.TempDir(), clk)
+	k := newKernel(t.TempDir(), clk)
 	k.AddTarget(target(nqnA, "127.0.0.1", "127.0.0.2"))
 	k.AddTarget(target(nqnB, "127.0.0.3", "127.0.0.4"))
 	policy, err := heal.NewPolicy(heal.Config{Mode: mode, Now: clk.Now})
