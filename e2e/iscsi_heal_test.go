@@ -30,6 +30,9 @@ func stuckOrFail(t *testing.T, sys sysfs.FS, proxy *flakyproxy.Proxy, iqn string
 	}
 	o := flakyproxy.DefaultStuckOptions
 	o.Logf = func(format string, args ...any) { t.Logf(format, args...) }
+	// Reaching the stuck state is a race against iscsid's own reopen: a
+	// lost attempt is made again, and counted as a retry.
+	o.Lost = func(cause string) { retried(t, cause) }
 	session := func() (bool, bool, string) {
 		s, ok := sessionTo(t, sys, iqn, proxyPortal)
 		return ok, ok && s.State.LoggedIn(), fmt.Sprintf("%s %s", s.ID, s.State)

@@ -90,11 +90,7 @@ func iscsiContext(iqn string, lun int, portals ...string) volume.Context {
 // sessionTo returns the session to iqn through portal (host:port).
 func sessionTo(t *testing.T, sys sysfs.FS, iqn, portal string) (iscsi.Session, bool) {
 	t.Helper()
-	snap, err := iscsi.Read(sys, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range snap.SessionsOf(iqn) {
+	for _, s := range readISCSI(t, sys).SessionsOf(iqn) {
 		if s.PortalString() == portal {
 			return s, true
 		}
@@ -152,10 +148,7 @@ func healUntil(t *testing.T, ctx context.Context, h *iscsi.SessionHealer, p *pat
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		snap, err := iscsi.Read(p.sys, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		snap := readISCSI(t, p.sys)
 		recs, _ := p.recs.List()
 		reports := h.Tick(ctx, snap, recs, nil)
 		for _, r := range reports {

@@ -292,16 +292,11 @@ func TestISCSI_UnreachablePortalIsRefusedNotKicked(t *testing.T) {
 	l.sh(t, "fault_restore_port 3260 127.0.0.2")
 	restored := time.Now()
 	var up iscsi.Session
-	// Polled without failing on a read error: while a logout tears a
-	// session down, its sysfs attributes read transiently as nonsense
-	// (target_id "-1" was seen), and the reader refuses the snapshot.
+	// While a logout tears a session down, its sysfs attributes read
+	// transiently as nonsense (target_id "-1" was seen) and the reader
+	// refuses the snapshot: readISCSI reads again.
 	eventually(t, 60*time.Second, "the session through 127.0.0.2 back to LOGGED_IN", func() bool {
-		snap, err := iscsi.Read(v.sys, time.Now())
-		if err != nil {
-			t.Logf("reading sysfs: %v (retrying)", err)
-			return false
-		}
-		for _, s := range snap.SessionsOf(iqn) {
+		for _, s := range readISCSI(t, v.sys).SessionsOf(iqn) {
 			if s.PortalString() == noActionPortalB {
 				up = s
 				return s.State.LoggedIn()

@@ -79,15 +79,3 @@ func (l lab) teardownAll(t *testing.T) {
 		}
 	})
 }
-
-// eventually polls cond every 200ms until it returns true or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
@@ -139,19 +138,8 @@ func (c ctrlID) String() string {
 func controllersTo(t *testing.T, nqn, addr, svc string) []ctrlID {
 	t.Helper()
 	// A full read can meet an object the kernel is creating or removing
-	// (a head listed before its nsid exists): read again, a few times,
-	// before calling the state unreadable.
-	var h *nvme.Host
-	var err error
-	for try := 0; try < 10; try++ {
-		if h, err = nvme.Read(sysfs.New("/sys")); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("read nvme state: %v", err)
-	}
+	// (a head listed before its nsid exists): readNVMe reads again.
+	h := readNVMe(t, sysfs.New("/sys"))
 	var out []ctrlID
 	for _, c := range h.Controllers {
 		if c.SubsysNQN == nqn && c.Address.Traddr == addr && c.Address.Trsvcid == svc {
@@ -164,10 +152,7 @@ func controllersTo(t *testing.T, nqn, addr, svc string) []ctrlID {
 // headOf returns the namespace nsid of nqn and its legs, or ok=false.
 func headOf(t *testing.T, nqn string, nsid uint32) (head string, legs []string, ok bool) {
 	t.Helper()
-	h, err := nvme.Read(sysfs.New("/sys"))
-	if err != nil {
-		return "", nil, false
-	}
+	h := readNVMe(t, sysfs.New("/sys"))
 	for _, s := range h.Subsystems {
 		if s.NQN != nqn {
 			continue

@@ -1,0 +1,51 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+// pathmend's monitor logs "Monitor tick" (with its number) at the start of
+// every tick at -v=4, the level every test runs it at. A property such as
+// "reconnected within two ticks" is asserted in these ticks: a loaded
+// guest runs ticks late, and a bound in seconds would turn a slow machine
+// into a red test, while a count of ticks does not move.
+
+// tickStarts returns when each tick in lines started, in log order.
+func tickStarts(lines []logLine) []time.Time {
+	var out []time.Time
+	for _, l := range lines {
+		if l.Msg == "Monitor tick" {
+			out = append(out, logAt(l))
+		}
+	}
+	return out
+}
+
+// ticksBetween counts the ticks in lines that started after from and no
+// later than to.
+func ticksBetween(lines []logLine, from, to time.Time) int {
+	n := 0
+	for _, at := range tickStarts(lines) {
+		if at.After(from) && !at.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitTicks waits until the log at path shows n ticks started after from,
+// and returns the log's lines. The limit allows 10 s a tick (the tests
+// tick every second) plus 30 s.
+func waitTicks(t *testing.T, path string, from time.Time, n int) []logLine {
+	t.Helper()
+	var lines []logLine
+	eventually(t, 30*time.Second+time.Duration(n)*10*time.Second, "pathmend's log to show "+strconv.Itoa(n)+" more monitor ticks", func() bool {
+		lines = readLog(t, path)
+		return ticksBetween(lines, from, time.Now().Add(time.Hour)) >= n
+	})
+	return lines
+}
