@@ -145,7 +145,7 @@ func TestCrash_KilledMidStageThenStageRetriedEndsStagedWithAllPaths(t *testing.T
 		return err
 	})
 	fs := watchFS(t, staging)
-	eventually(t, 30*time.Second, "the volume healthy (both paths)", func() bool {
+	eventually(t, 2*time.Minute, "the volume healthy (both paths)", func() bool {
 		return len(volumeHealth(t, node, "vol-crash-stage")) == 0
 	})
 	for _, svc := range []string{"4420", "4421"} {
@@ -158,7 +158,7 @@ func TestCrash_KilledMidStageThenStageRetriedEndsStagedWithAllPaths(t *testing.T
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-crash-stage", StagingTargetPath: staging})
 		return err
 	})
-	eventually(t, 20*time.Second, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, time.Minute, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 }
 
 // Killed after the connect, before the mount; restarted; the pod is gone,
@@ -175,7 +175,7 @@ func TestCrash_KilledMidStageThenUnstagedLeavesNothing(t *testing.T) {
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-crash-unstage", StagingTargetPath: staging})
 		return err
 	})
-	eventually(t, 30*time.Second, "no controller of the volume's subsystem left", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, 2*time.Minute, "no controller of the volume's subsystem left", func() bool { return len(controllersOf(t, nqn)) == 0 })
 	if recs, _ := os.ReadDir(filepath.Join(dir, "state", "volumes")); len(recs) > 0 {
 		var names []string
 		for _, r := range recs {
@@ -229,7 +229,7 @@ nqnproxy_start 127.0.0.3:4420 127.0.0.1:4420 %[1]q %[2]q
 		_, err := node.NodeStageVolume(ctx, stageReq("vol-crash-repair", staging, vctx))
 		return err
 	})
-	eventually(t, 30*time.Second, "the volume healthy (both paths)", func() bool {
+	eventually(t, 2*time.Minute, "the volume healthy (both paths)", func() bool {
 		return len(volumeHealth(t, node, "vol-crash-repair")) == 0
 	})
 	fs := watchFS(t, staging)
@@ -271,7 +271,7 @@ echo 0 >"$ns/enable"; echo "$(lab_uuid_of %q/other)" >"$ns/device_uuid"; echo 1 
 echo 0 >"$ns/enable"; echo "$(lab_uuid_of %q/1)" >"$ns/device_uuid"; echo 1 >"$ns/enable"`, alias, nqn))
 	p = startPathmendIn(t, l, dir, "lab-node", flags...)
 	node = csi.NewNodeClient(p.conn)
-	eventually(t, 60*time.Second, "the restarted pathmend to give the volume both paths back", func() bool {
+	eventually(t, 3*time.Minute, "the restarted pathmend to give the volume both paths back", func() bool {
 		return len(volumeHealth(t, node, "vol-crash-repair")) == 0
 	})
 	t.Logf("both paths back %s after the kill", time.Since(killedAt).Round(100*time.Millisecond))
@@ -285,5 +285,5 @@ echo 0 >"$ns/enable"; echo "$(lab_uuid_of %q/1)" >"$ns/device_uuid"; echo 1 >"$n
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-crash-repair", StagingTargetPath: staging})
 		return err
 	})
-	eventually(t, 20*time.Second, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, time.Minute, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 }

@@ -146,7 +146,8 @@ lio_lun_add "$iqn" 1 0 %s
 // passes, logging every report that carries a verdict.
 func healUntil(t *testing.T, ctx context.Context, h *iscsi.SessionHealer, p *pathmendISCSI, d time.Duration, done func([]iscsi.Report) bool) []iscsi.Report {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	deadline := start.Add(d)
 	for {
 		snap := readISCSI(t, p.sys)
 		recs, _ := p.recs.List()
@@ -157,9 +158,11 @@ func healUntil(t *testing.T, ctx context.Context, h *iscsi.SessionHealer, p *pat
 			}
 		}
 		if done(reports) {
+			record(t, kindWait, "the heal to finish", time.Since(start), d)
 			return reports
 		}
 		if time.Now().After(deadline) {
+			record(t, kindWait, "the heal to finish", time.Since(start), d)
 			t.Fatalf("heal did not finish within %s", d)
 		}
 		time.Sleep(time.Second)

@@ -107,7 +107,7 @@ multipathd_start
 	}
 	t.Cleanup(func() {
 		for _, v := range vols {
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: v.id, StagingTargetPath: v.staging}); err != nil {
 				t.Errorf("NodeUnstageVolume %s: %v", v.id, err)
 			}
@@ -126,7 +126,7 @@ multipathd_start
 	// Portal group 2 off: TCP still accepted, logins rejected.
 	l.sh(t, fmt.Sprintf("lio_tpg_disable %q 2", iqn))
 	disabled := time.Now()
-	eventually(t, 60*time.Second, "pathmend's kick to log the stuck session out", func() bool {
+	eventually(t, 3*time.Minute, "pathmend's kick to log the stuck session out", func() bool {
 		_, found := sessionTo(t, sys, iqn, portalB)
 		return !found
 	})
@@ -201,7 +201,7 @@ multipathd_start
 	// Portal group 2 back: nothing but pathmend logs the node record in.
 	l.sh(t, fmt.Sprintf("lio_tpg_enable %q 2", iqn))
 	enabled := time.Now()
-	eventually(t, 60*time.Second, "pathmend to log the node record in again", func() bool {
+	eventually(t, 3*time.Minute, "pathmend to log the node record in again", func() bool {
 		s, found := sessionTo(t, sys, iqn, portalB)
 		return found && s.State.LoggedIn()
 	})
@@ -239,7 +239,7 @@ multipathd_start
 		t.Errorf("timeToLoggedIn %s ends %d monitor ticks before the verdict (the kick began %s before it): want it counted from the kick's start", ttl, n, span.Round(100*time.Millisecond))
 	}
 
-	eventually(t, 60*time.Second, "both volumes healthy", func() bool {
+	eventually(t, 3*time.Minute, "both volumes healthy", func() bool {
 		return len(volumeHealth(t, node, "vol-hang-iscsi")) == 0 && len(volumeHealth(t, node, "vol-hang-nvme")) == 0
 	})
 	l.sh(t, "sync; echo 3 >/proc/sys/vm/drop_caches")
