@@ -208,7 +208,8 @@ cmd_soak() {
 		[ "$rc" -eq 0 ] && rc=1
 	fi
 	record soak "SOAK_MINUTES=$minutes" "$([ "$rc" -eq 0 ] && echo pass || echo fail)" \
-		"$(soak_faults "$out/report.json")" "$(soak_latencies "$out/report.json")"
+		"$(soak_faults "$out/report.json")" "$(soak_latencies "$out/report.json")" \
+		"$(awk -F'[:,]' '/"retryCount":/ { gsub(/ /, "", $2); print $2; exit }' "$out/report.json" 2>/dev/null || echo -)"
 	return "$rc"
 }
 

@@ -189,6 +189,7 @@ func (s *soak) stuckSession(ctx context.Context, f plan.Fault, r report.FaultRun
 	o := flakyproxy.DefaultStuckOptions
 	o.Budget = f.Hold
 	o.Logf = func(format string, args ...any) { s.logf("fault #%d: "+format, append([]any{f.ID}, args...)...) }
+	o.Lost = func(cause string) { s.retried(fmt.Sprintf("fault #%d: %s", f.ID, cause)) }
 	session := func() (bool, bool, string) {
 		x, ok := find()
 		return ok, ok && x.State.LoggedIn(), fmt.Sprintf("%s %s", x.ID, x.State)

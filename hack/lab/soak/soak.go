@@ -43,6 +43,7 @@ type soak struct {
 	tracker  *observe.Tracker
 	kernel   []report.Event
 	readOnly []report.ReadOnly
+	retries  []string
 }
 
 // volState is what the soak keeps of one volume while it runs.
@@ -86,6 +87,15 @@ func (s *soak) record(a report.Action) {
 		e = ": " + a.Err
 	}
 	s.logf("%s %s%s %s", a.What, a.Volume, e, a.Note)
+}
+
+// retried records a step the soak made again, with its cause; the
+// report counts and lists it.
+func (s *soak) retried(cause string) {
+	s.mu.Lock()
+	s.retries = append(s.retries, cause)
+	s.mu.Unlock()
+	s.logf("RETRY: %s", cause)
 }
 
 func (s *soak) logf(format string, args ...any) {
