@@ -12,6 +12,8 @@
 # lays out a share directory (hack/lab/out/<command>: bin/, guest/, job.sh,
 # out/), boots the guest with it and reads results back from out/.
 # Timeouts: LAB_BOOT_TIMEOUT (per boot), E2E_TIMEOUT (the test binary).
+# LAB_OUT (default hack/lab/out) holds the share directories: two
+# commands at once from one checkout need one each.
 # LAB_FIXTURE_DIR sends captures elsewhere than testdata/fixtures.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -22,7 +24,7 @@ GO=${GO:-$REPO_ROOT/hack/go}
 # TIMINGS gets one line per lab or e2e run (hack/lab/timings/README.md):
 # copied into hack/lab/timings/runs.tsv, it regenerates the measured table
 # of hack/lab/README.md (make lab-timings).
-TIMINGS=$LAB_DIR/out/timings.tsv
+TIMINGS=$LAB_OUT/timings.tsv
 T_BUILD=0
 T_GUEST=0
 GOCACHE_STATE=
@@ -106,7 +108,7 @@ boot() {
 
 # share_dir NAME makes a fresh share with the guest library.
 share_dir() {
-	local d=$LAB_DIR/out/$1
+	local d=$LAB_OUT/$1
 	rm -rf "$d"
 	mkdir -p "$d/bin" "$d/out"
 	cp -r "$LAB_DIR/guest" "$d/guest"
