@@ -4,8 +4,11 @@ package e2e
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/pathmend/pathmend/internal/kmsg"
 )
 
 // pathmend's monitor logs "Monitor tick" (with its number) at the start of
@@ -48,4 +51,44 @@ func waitTicks(t *testing.T, path string, from time.Time, n int) []logLine {
 		return ticksBetween(lines, from, time.Now().Add(time.Hour)) >= n
 	})
 	return lines
+}
+
+// kernelEvent waits for the first kernel log record after cursor whose
+// message holds every one of subs, and returns when it was logged on
+// the wall clock (pathmend's log's clock): the kernel stamps a record
+// with its time since boot, which /proc/uptime reads on the same clock.
+// The kernel's records mark the moments a test cannot see from outside
+// as exactly: a target port starting to listen, a host's connect
+// reaching the target.
+func kernelEvent(t *testing.T, cursor uint64, what string, subs ...string) time.Time {
+	t.Helper()
+	var at time.Duration
+	eventually(t, 2*time.Minute, "the kernel to log "+what, func() bool {
+		rs, err := kmsg.Since(kmsg.Path, cursor)
+		if err != nil {
+			t.Fatalf("kernel log: %v", err)
+		}
+	next:
+		for _, r := range rs {
+			for _, s := range subs {
+				if !strings.Contains(r.Msg, s) {
+					continue next
+				}
+			}
+			at = r.At
+			return true
+		}
+		return false
+	})
+	return time.Now().Add(at - uptime(t))
+}
+
+// kernelCursor is the kernel log's newest record now.
+func kernelCursor(t *testing.T) uint64 {
+	t.Helper()
+	c, err := kmsg.Cursor(kmsg.Path)
+	if err != nil {
+		t.Fatalf("kernel log: %v", err)
+	}
+	return c
 }
