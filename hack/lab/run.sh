@@ -172,7 +172,7 @@ cmd_lab() {
 }
 
 cmd_e2e() {
-	local run=${1:-.} share img rc=0 tmo=${E2E_TIMEOUT:-3600} t0 log
+	local run=${1:-.} share img rc=0 tmo=${E2E_TIMEOUT:-5400} t0 log
 	image_build
 	img=$IMG
 	share=$(share_dir e2e)
