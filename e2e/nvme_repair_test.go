@@ -228,7 +228,11 @@ lab_loop_create e2e-repair-ns1 64 >/dev/null
 		return append(controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421")...)
 	}
 	pre := preconnect()
-	time.Sleep(2 * time.Second) // any namespace scan has run by now
+	// A negative with no event to wait for (a scan that finds no
+	// namespace logs nothing): a look after the scan had time to run. A
+	// slower scan only makes the check pass vacuously; it cannot turn the
+	// test red, and the head's absence is what the kernel must show.
+	time.Sleep(2 * time.Second)
 	if _, _, ok := headOf(t, nqn, 1); ok {
 		t.Fatal("a namespace head exists although the target exports none")
 	}
