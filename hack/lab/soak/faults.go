@@ -70,7 +70,7 @@ func (s *soak) runFault(ctx context.Context, f plan.Fault) report.FaultRun {
 		if r.Result == "done" {
 			// On Linux 6.1 a namespace that went away comes back as a new
 			// head: the volume's device is gone for good. Restart its pod.
-			waitFor(ctx, 30*time.Second, func() bool { return s.last().Devices[st.v.id] != "" })
+			waitFor(ctx, 2*time.Minute, func() bool { return s.last().Devices[st.v.id] != "" })
 			s.restageLocked(ctx, st, "recover: its namespace was disabled on the target", nil)
 		}
 		return r

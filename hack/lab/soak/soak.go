@@ -199,7 +199,7 @@ func (s *soak) run(ctx context.Context) (bool, error) {
 	}
 	faults.Wait()
 	s.logf("every fault undone; settling")
-	s.settle(ctx, 4*time.Minute)
+	s.settle(ctx, 10*time.Minute) // a safety net: it returns once every path is up
 	stopRec()
 	<-recDone
 	stopIO()
