@@ -200,8 +200,8 @@ cmd_soak() {
 	go_build "$share/bin/soak" ./hack/lab/soak
 	printf 'exec bash /lab/guest/soak.sh %q %q\n' "$minutes" "$seed" >"$share/job.sh"
 	# Faults start during MINUTES; setup, the last holds, settling and the
-	# checks take up to about 15 min more.
-	boot --timeout "${LAB_BOOT_TIMEOUT:-$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 1200 }')}" --mem "${LAB_MEM:-3072}" --image "$img" "$share" || rc=$?
+	# checks take up to about 30 min more.
+	boot --timeout "${LAB_BOOT_TIMEOUT:-$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 1800 }')}" --mem "${LAB_MEM:-3072}" --image "$img" "$share" || rc=$?
 	out=$share/out/soak
 	if [ -s "$out/report.json" ]; then
 		lab_step "soak report: $out/report.txt (JSON: report.json, every event: timeline.txt, pathmend's log: pathmend.log)"
