@@ -111,7 +111,7 @@ func startCompanion(t *testing.T, l lab, dir string, extra ...string) *companion
 	}
 	t.Cleanup(stop)
 	p := &companionProc{logPath: logPath, stop: stop}
-	eventually(t, 2*time.Minute, "pathmend companion to start", func() bool {
+	eventually(t, 4*time.Minute, "pathmend companion to start", func() bool {
 		select {
 		case <-exited:
 			b, _ := os.ReadFile(logPath)

@@ -98,7 +98,7 @@ func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *
 		})
 	}
 	t.Cleanup(stop)
-	eventually(t, 3*time.Minute, "pathmend's socket", func() bool {
+	eventually(t, 4*time.Minute, "pathmend's socket", func() bool {
 		select {
 		case <-exited:
 			b, _ := os.ReadFile(logPath)

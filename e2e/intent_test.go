@@ -135,7 +135,7 @@ func killedInMkfs(t *testing.T, h *mkfsHold, node csi.NodeClient, dir string, re
 	t.Helper()
 	h.hold(t)
 	done := stageInBackgroundFor(node, req)
-	mkfs, pathmend := h.entered(t, 2*time.Minute)
+	mkfs, pathmend := h.entered(t, 5*time.Minute)
 	if !attached() {
 		t.Fatal("held in mkfs before the attach was done")
 	}
@@ -300,7 +300,7 @@ func TestIntent_UnstageWhileACoTenantIsStagingKeepsItsPaths(t *testing.T) {
 	})
 	h.hold(t)
 	done := stageInBackgroundFor(node, stageReq("vol-ns2", s2, twoPathContext(nqn, 2)))
-	h.entered(t, 2*time.Minute)
+	h.entered(t, 5*time.Minute)
 	before := controllersOf(t, nqn)
 	_, legsBefore, ok := headOf(t, nqn, 2)
 	if !ok || len(legsBefore) != 2 || len(before) != 2 {
