@@ -71,7 +71,12 @@ func newPathmendISCSI(t *testing.T) *pathmendISCSI {
 		t.Fatal(err)
 	}
 	recs := &memRecords{}
-	att, err := attach.NewAttacher(attach.AttacherConfig{Sys: sys, DevRoot: "/dev", Initiator: in})
+	// The tests' volumes are multipath volumes: the attacher waits for
+	// multipathd's map as long as a loaded guest needs (it returns as soon
+	// as the map holds every path). pathmend's default, 10 s, is a node's
+	// choice between a map and one path; on a guest beside two CPU burners
+	// multipathd took longer, and the volume went on one disk.
+	att, err := attach.NewAttacher(attach.AttacherConfig{Sys: sys, DevRoot: "/dev", Initiator: in, MultipathWait: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
