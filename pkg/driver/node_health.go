@@ -22,8 +22,9 @@ import (
 // from a read of the volume's own kernel objects only (its transport's
 // Health: its subsystem, or its target's sessions) and the mount table,
 // never the whole node. That read is not written into the model: the
-// loop is its writer, and the next tick does.
-func (d *Driver) volumeHealth(ctx context.Context, rec volume.Record) model.Volume {
+// loop is its writer, and the next tick does. mt is the mount table of
+// the call, read at most once however many volumes it answers for.
+func (d *Driver) volumeHealth(ctx context.Context, rec volume.Record, mt *mountTable) model.Volume {
 	if rec.AccessType == volume.AccessMount {
 		if mounted, err := isMountPoint(d.deps.Mounter, rec.StagingPath); err == nil && !mounted {
 			return model.Volume{Condition: volume.Condition{Status: volume.Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}}
@@ -47,12 +48,28 @@ func (d *Driver) volumeHealth(ctx context.Context, rec volume.Record) model.Volu
 		return model.Volume{Condition: volume.Condition{Status: volume.Inaccessible, Reason: "UnknownTransport", Message: err.Error()}}
 	}
 	c := att.Health(ctx, rec)
-	if mounts, err := d.mounts(); err == nil {
+	if mounts, err := mt.get(d); err == nil {
 		if r, ok := d.replacedCondition(rec, mounts, c); ok {
 			c = r
 		}
 	}
 	return model.Volume{Condition: c, Notes: entry.Notes, Facts: entry.Facts}
+}
+
+// mountTable is the mount table as one RPC reads it: at the first volume
+// that needs it, and once (NodeGetStorageHealth answers for every volume).
+type mountTable struct {
+	read   bool
+	mounts []volume.Mount
+	err    error
+}
+
+func (t *mountTable) get(d *Driver) ([]volume.Mount, error) {
+	if !t.read {
+		t.mounts, t.err = d.mounts()
+		t.read = true
+	}
+	return t.mounts, t.err
 }
 
 // healthEntries are the entries of conditions cs, one per abnormal one.
@@ -101,7 +118,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 			return nil, err
 		}
 	}
-	v := d.volumeHealth(ctx, rec)
+	v := d.volumeHealth(ctx, rec, &mountTable{})
 	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: healthEntries(v.Conditions())}}, nil
 }
 
@@ -150,8 +167,9 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		k := key{st, c.Reason}
 		affected[k] = append(affected[k], msg)
 	}
+	mt := &mountTable{}
 	for _, rec := range recs {
-		for _, c := range d.volumeHealth(ctx, rec).Conditions() {
+		for _, c := range d.volumeHealth(ctx, rec, mt).Conditions() {
 			add(c, fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
 		}
 	}

@@ -108,7 +108,7 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, err
 	}
-	if c := d.volumeHealth(ctx, rec).Condition; c.Reason == volume.ReasonStagedDeviceReplaced {
+	if c := d.volumeHealth(ctx, rec, &mountTable{}).Condition; c.Reason == volume.ReasonStagedDeviceReplaced {
 		return nil, failedPrecondition("%s", c.Message)
 	}
 	if rec.AccessType == volume.AccessBlock {

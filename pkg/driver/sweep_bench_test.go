@@ -38,7 +38,10 @@ import (
 type sweepNode struct {
 	drv *driver.Driver
 	mon *monitor.Monitor
-	ids []string
+	clk *clocktesting.FakeClock
+	// bound is the loop's: an entry older than it is not answered from.
+	bound time.Duration
+	ids   []string
 	// staging is the staging path of each volume, by ID.
 	staging map[string]string
 }
@@ -61,7 +64,7 @@ func newSweepNode(b *testing.B, sys sysfs.FS, recs []volume.Record, build func(p
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := &sweepNode{staging: map[string]string{}}
+	n := &sweepNode{staging: map[string]string{}, clk: clk}
 	mounts := mount.NewFakeMounter(nil)
 	for _, r := range recs {
 		r.StagingPath = filepath.Join(dir, "staging", r.VolumeID)
@@ -82,6 +85,7 @@ func newSweepNode(b *testing.B, sys sysfs.FS, recs []volume.Record, build func(p
 	// made from the devices the loop's first tick finds.
 	var table []mount.MountInfo
 	loop := monitor.Config{}
+	n.bound = loop.Bound()
 	cfg := testConfig("ext4")
 	cfg.HealMode, cfg.HealthBound = heal.ModeRepair, loop.Bound()
 	n.drv, err = driver.New(cfg, driver.Deps{
@@ -148,14 +152,22 @@ func (n *sweepNode) sweep(b *testing.B) {
 
 // run times b.N sweeps and, after each with the timer stopped, one tick
 // of the loop, and reports the sweep's time over the tick's (sweep/tick)
-// and the time per RPC (µs/call).
-func (n *sweepNode) run(b *testing.B) {
+// and the time per RPC (µs/call). With stale set, the clock moves past
+// the bound before each sweep, as when the loop is stuck or not running
+// (--heal=off): no entry is answered from, and every RPC reads its
+// volume's own kernel objects.
+func (n *sweepNode) run(b *testing.B, stale bool) {
 	var sweeps, ticks time.Duration
 	calls := 2*len(n.ids) + 1
 	b.ReportAllocs()
 	runtime.GC()
 	b.ResetTimer()
 	for b.Loop() {
+		if stale {
+			b.StopTimer()
+			n.clk.Step(n.bound + time.Second)
+			b.StartTimer()
+		}
 		start := time.Now()
 		n.sweep(b)
 		sweeps += time.Since(start)
@@ -178,10 +190,14 @@ func (n *sweepNode) run(b *testing.B) {
 // paths and on 256 iSCSI volumes × 2 portals, healthy, with the loop
 // keeping the node model. sweep/tick is the sweep's time over one healthy
 // tick's, measured in alternation in the same run (the goal is ≤ 1: a
-// sweep costs no more than a tick); µs/call the time of one RPC.
+// sweep costs no more than a tick); µs/call the time of one RPC. The
+// past-bound cases sweep with every entry older than the bound: what a
+// sweep costs when each RPC reads its own volume's objects.
 func BenchmarkKubeletSweep(b *testing.B) {
-	b.Run("nvme-1000x3", func(b *testing.B) { nvmeSweepNode(b, 1000, 3).run(b) })
-	b.Run("iscsi-256x2", func(b *testing.B) { iscsiSweepNode(b, 128, 2).run(b) })
+	b.Run("nvme-1000x3", func(b *testing.B) { nvmeSweepNode(b, 1000, 3).run(b, false) })
+	b.Run("iscsi-256x2", func(b *testing.B) { iscsiSweepNode(b, 128, 2).run(b, false) })
+	b.Run("nvme-1000x3-past-bound", func(b *testing.B) { nvmeSweepNode(b, 1000, 3).run(b, true) })
+	b.Run("iscsi-256x2-past-bound", func(b *testing.B) { iscsiSweepNode(b, 128, 2).run(b, true) })
 }
 
 // nvmeSweepNode stages volumes on subsystems of paths live controllers
