@@ -38,8 +38,8 @@ var (
 // filesystem, shaped as the lab kernel has them.
 type node struct {
 	sys, proc, staging string
-	lines             []string
-	statErr           error
+	lines              []string
+	statErr            error
 }
 
 func newNode(t *testing.T) *node {
