@@ -280,7 +280,7 @@ func serve(ctx context.Context, c serveConfig) error {
 			volume.TransportNVMeTCP: withMonitorNotes{Attacher: nvmeAtt, mon: mon},
 			volume.TransportISCSI:   iscsiAtt,
 		},
-		Now: clk.Now,
+		Clock: clk,
 		NodeConditions: func() []volume.Condition {
 			return append(mon.NodeConditions(), sessions.conditions()...)
 		},

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	mount "k8s.io/mount-utils"
+	clocktesting "k8s.io/utils/clock/testing"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/internal/looptest"
@@ -221,7 +222,7 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 			volume.TransportNVMeTCP: fa,
 			volume.TransportISCSI:   fa,
 		},
-		Now: func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) },
+		Clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
 	})
 	if err != nil {
 		t.Fatal(err)

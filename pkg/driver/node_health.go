@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	mount "k8s.io/mount-utils"
 
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -16,8 +19,9 @@ import (
 // of the paths, for filesystem access whether the staging mount is still
 // there, and whether what its users hold is still its device (a device
 // the kernel removed and re-created makes a staged volume inaccessible
-// however healthy its paths are).
-func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) Condition {
+// however healthy its paths are). mt is the mount table, read once for
+// every volume a call reports.
+func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record, mt mountTable) Condition {
 	if rec.AccessType == volume.AccessMount {
 		if mounted, err := isMountPoint(d.deps.Mounter, rec.StagingPath); err == nil && !mounted {
 			return Condition{Status: Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}
@@ -28,23 +32,74 @@ func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) Conditi
 		return Condition{Status: Inaccessible, Reason: "UnknownTransport", Message: err.Error()}
 	}
 	c := att.Health(ctx, rec)
-	if mounts, err := d.mounts(); err == nil {
-		if r, ok := d.replacedCondition(rec, mounts, c); ok {
+	if mt.err == nil {
+		if r, ok := d.replacedCondition(rec, mt.mounts, c); ok {
 			return r
 		}
 	}
 	return c
 }
 
-func healthEntries(c Condition) []*csi.VolumeHealth_VolumeHealthEntry {
-	msg := boundMessage(c.Message, maxHealthMessageBytes)
-	switch c.Status {
-	case Degraded:
-		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: msg}}
-	case Inaccessible:
-		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: msg}}
+// volumeConditions are a staged volume's abnormal conditions, each an
+// entry of its own: its paths' (volumeCondition), then its filesystem's
+// (filesystemHealth). None when it is healthy.
+func (d *Driver) volumeConditions(ctx context.Context, rec volume.Record, mt mountTable) []Condition {
+	var out []Condition
+	c := d.volumeCondition(ctx, rec, mt)
+	if c.Abnormal() {
+		out = append(out, c)
 	}
-	return nil
+	if c.Reason == "NotMounted" {
+		return out // no filesystem to read
+	}
+	if h, ok := d.filesystemHealth(rec, mt); ok && h.Abnormal() {
+		out = append(out, h.Condition())
+	}
+	return out
+}
+
+// filesystemHealth reads the health of a staged filesystem volume's
+// filesystem (pkg/fshealth); ok is false for a block volume, a volume
+// that is not staged, or when the mount table cannot be read.
+func (d *Driver) filesystemHealth(rec volume.Record, mt mountTable) (fshealth.Health, bool) {
+	if rec.AccessType != volume.AccessMount || rec.State != volume.StateStaged || mt.err != nil {
+		return fshealth.Health{}, false
+	}
+	return d.deps.Filesystems.Check(rec, mt.infos), true
+}
+
+// mountTable is the mount table as one call reads it: every mount with
+// its device number and options (infos), the same as volume.Mounts
+// (mounts), or why it could not be read.
+type mountTable struct {
+	infos  []mount.MountInfo
+	mounts []volume.Mount
+	err    error
+}
+
+// readMountTable reads the mount table once (Deps.MountInfo).
+func (d *Driver) readMountTable() mountTable {
+	infos, err := d.deps.MountInfo()
+	if err != nil {
+		return mountTable{err: err}
+	}
+	return mountTable{infos: infos, mounts: MountsOf(infos)}
+}
+
+// healthEntries are the NodeGetVolumeHealth entries of conditions cs, one
+// per abnormal condition; none when healthy.
+func healthEntries(cs []Condition) []*csi.VolumeHealth_VolumeHealthEntry {
+	var out []*csi.VolumeHealth_VolumeHealthEntry
+	for _, c := range cs {
+		msg := boundMessage(c.Message, maxHealthMessageBytes)
+		switch c.Status {
+		case Degraded:
+			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: msg})
+		case Inaccessible:
+			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: msg})
+		}
+	}
+	return out
 }
 
 // NodeGetVolumeHealth reports the path health of a staged volume: DEGRADED
@@ -78,8 +133,8 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 			return nil, err
 		}
 	}
-	c := d.volumeCondition(ctx, rec)
-	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: healthEntries(c)}}, nil
+	cs := d.volumeConditions(ctx, rec, d.readMountTable())
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: healthEntries(cs)}}, nil
 }
 
 // Reasons of the node conditions NodeGetStorageHealth reports itself (the
@@ -115,21 +170,28 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 	}
 	affected := map[key][]string{}
 	add := func(c Condition, msg string) {
-		var st csi.StorageHealthErrorType
-		switch c.Status {
-		case Degraded:
-			st = csi.StorageHealthErrorType_STORAGE_DEGRADED
-		case Inaccessible:
-			st = csi.StorageHealthErrorType_STORAGE_UNREACHABLE
-		default:
+		if !c.Abnormal() {
 			return
 		}
-		k := key{st, c.Reason}
+		k := key{storageStatus(c.Status), c.Reason}
 		affected[k] = append(affected[k], msg)
 	}
+	mt := d.readMountTable()
+	fsVolumes := map[key][]string{}
 	for _, rec := range recs {
-		c := d.volumeCondition(ctx, rec)
-		add(c, fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
+		for _, c := range d.volumeConditions(ctx, rec, mt) {
+			if isFilesystemReason(c.Reason) {
+				// Counted per node: one message per reason naming how
+				// many volumes, each in a line of its own (fsSummary).
+				k := key{storageStatus(c.Status), c.Reason}
+				fsVolumes[k] = append(fsVolumes[k], rec.VolumeID)
+				continue
+			}
+			add(c, fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
+		}
+	}
+	for k, ids := range fsVolumes {
+		affected[k] = append(affected[k], fsSummary(k.reason, ids))
 	}
 	if err := l.Err(); err != nil {
 		add(Condition{Status: Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("%d staged-volume record(s) cannot be read, so their volumes are neither checked nor healed and nothing of their targets is torn down: %v; see pathmend diagnose and docs/state.md (an unreadable record)", len(l.Unreadable), err))
@@ -173,4 +235,47 @@ func backendOf(c volume.Context) string {
 		return c.ISCSI.IQN
 	}
 	return string(c.Transport)
+}
+
+// storageStatus is the storage health status of an abnormal condition's
+// status: Degraded → STORAGE_DEGRADED, Inaccessible → STORAGE_UNREACHABLE.
+func storageStatus(s HealthStatus) csi.StorageHealthErrorType {
+	if s == Inaccessible {
+		return csi.StorageHealthErrorType_STORAGE_UNREACHABLE
+	}
+	return csi.StorageHealthErrorType_STORAGE_DEGRADED
+}
+
+// isFilesystemReason reports whether reason is one of a filesystem's
+// conditions (pkg/fshealth), which NodeGetStorageHealth counts per node.
+func isFilesystemReason(reason string) bool {
+	switch reason {
+	case fshealth.ReasonReadOnly, fshealth.ReasonShutdown, fshealth.ReasonErrors:
+		return true
+	}
+	return false
+}
+
+// fsSummary is NodeGetStorageHealth's message for the volumes whose
+// filesystems have one condition: how many, which, and what to do; each
+// volume's own message (NodeGetVolumeHealth, the pod's status) names its
+// device, errors and times. E.g. "the filesystems of 2 volumes are
+// read-only after errors, every write fails: vol-a, vol-b; restart …".
+func fsSummary(reason string, ids []string) string {
+	sort.Strings(ids)
+	what := map[string]string{
+		fshealth.ReasonReadOnly: "read-only after errors, every write fails",
+		fshealth.ReasonShutdown: "shut down, every read and write fails",
+		fshealth.ReasonErrors:   "writable with errors recorded, their metadata may be damaged",
+	}[reason]
+	head := fmt.Sprintf("the filesystem of 1 volume is %s: ", what)
+	if len(ids) != 1 {
+		head = fmt.Sprintf("the filesystems of %d volumes are %s: ", len(ids), what)
+	}
+	const todo = "; restart their pods, so that NodeUnstage and the next NodeStage check and mount them again (NodeGetVolumeHealth of each names its device and errors; docs/operations.md)"
+	list := strings.Join(ids, ", ")
+	if room := maxHealthMessageBytes - len(head) - len(todo); len(list) > room {
+		list = boundMessage(list, room)
+	}
+	return head + list + todo
 }

@@ -28,22 +28,26 @@ const maxOptionsSize = 4096
 type Reader struct {
 	sys  sysfs.FS
 	proc string
-	stat func(path string) error
+	stat StatFunc
 }
 
+// StatFunc is stat(2) of a path.
+type StatFunc func(path string) (unix.Stat_t, error)
+
 // New returns a Reader over sys (the node's sysfs), proc (the procfs root
-// ext4's options are read under, "/proc" on a node) and stat (stat(2) of
-// a path; nil for unix.Stat).
-func New(sys sysfs.FS, proc string, stat func(path string) error) *Reader {
+// ext4's options and the node's memory counters are read under, "/proc"
+// on a node) and stat (stat(2) of a path; nil for unix.Stat).
+func New(sys sysfs.FS, proc string, stat StatFunc) *Reader {
 	if stat == nil {
 		stat = statPath
 	}
 	return &Reader{sys: sys, proc: proc, stat: stat}
 }
 
-func statPath(p string) error {
+func statPath(p string) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	return unix.Stat(p, &st)
+	err := unix.Stat(p, &st)
+	return st, err
 }
 
 // Check reads the health of the filesystem of staged volume rec, whose
@@ -55,13 +59,13 @@ func (r *Reader) Check(rec volume.Record, table []mount.MountInfo) Health {
 	if rec.AccessType != volume.AccessMount {
 		return Health{State: Unknown, Detail: "a block volume has no filesystem"}
 	}
-	mi, ok := stagingMount(rec.StagingPath, table)
+	mi, ok := MountAt(rec.StagingPath, table)
 	if !ok {
 		return Health{State: Unknown, FSType: rec.FSType, Detail: "nothing is mounted at the staging path " + rec.StagingPath}
 	}
 	h := Health{State: Healthy, FSType: mi.FsType, Number: volume.DeviceNumber{Major: uint32(mi.Major), Minor: uint32(mi.Minor)}}
 	var inSysfs bool
-	h.Device, inSysfs = r.deviceName(h.Number, mi.Source)
+	h.Device, inSysfs = r.DeviceName(h.Number, mi.Source)
 	// A mount pathmend made read-write that shows read-only, as a mount
 	// or as a superblock, takes no writes.
 	roWhy := ""
@@ -86,9 +90,10 @@ func (r *Reader) Check(rec volume.Record, table []mount.MountInfo) Health {
 	return h
 }
 
-// stagingMount returns the topmost mount at path (later mountinfo lines
-// are stacked on earlier ones), trying path as given and resolved.
-func stagingMount(p string, table []mount.MountInfo) (mount.MountInfo, bool) {
+// MountAt returns the topmost mount at path p in table (later mountinfo
+// lines are stacked on earlier ones), trying p as given and with its
+// symlinks resolved (mountinfo lists resolved paths).
+func MountAt(p string, table []mount.MountInfo) (mount.MountInfo, bool) {
 	paths := []string{filepath.Clean(p)}
 	if resolved, err := filepath.EvalSymlinks(p); err == nil && resolved != paths[0] {
 		paths = append(paths, resolved)
@@ -105,11 +110,11 @@ func stagingMount(p string, table []mount.MountInfo) (mount.MountInfo, bool) {
 	return *top, true
 }
 
-// deviceName is the kernel's name of block device n: the last element of
+// DeviceName is the kernel's name of block device n: the last element of
 // the dev/block/<major:minor> link, which ext4 and XFS name their sysfs
 // directories by (inSysfs). Failing that, the mount source's base name,
 // for the messages only: a device no longer in sysfs was removed.
-func (r *Reader) deviceName(n volume.DeviceNumber, source string) (name string, inSysfs bool) {
+func (r *Reader) DeviceName(n volume.DeviceNumber, source string) (name string, inSysfs bool) {
 	if target, err := r.sys.ReadLink("dev/block/" + n.String()); err == nil {
 		return path.Base(target), true
 	}
@@ -199,7 +204,7 @@ func (r *Reader) errorsBehavior(dev string) (string, error) {
 
 // xfs stats the staging mount's root: a shut-down XFS answers EIO.
 func (r *Reader) xfs(mountPoint string, h Health) Health {
-	err := r.stat(mountPoint)
+	_, err := r.stat(mountPoint)
 	switch {
 	case err == nil:
 	case errors.Is(err, unix.EIO):
@@ -208,4 +213,113 @@ func (r *Reader) xfs(mountPoint string, h Health) Health {
 		h.State, h.Detail = Unknown, fmt.Sprintf("stat %s: %v", mountPoint, err)
 	}
 	return h
+}
+
+// Unwritten is the data of a staged filesystem that has not reached its
+// device yet, as far as the kernel reports it.
+type Unwritten struct {
+	// Delalloc is ext4's delayed-allocation data in bytes:
+	// fs/ext4/<dev>/delayed_allocation_blocks times the block size (a
+	// stat of the mount's root, in memory). Data ext4 has allocated
+	// blocks for and handed to the block layer is not in it.
+	Delalloc int64
+	// DelallocKnown says whether Delalloc was read (ext4 only).
+	DelallocKnown bool
+	// NodeDirty and NodeWriteback are the node's page cache waiting to be
+	// written and being written (/proc/meminfo Dirty, Writeback), in
+	// bytes, for every device: the kernel keeps no such count per device
+	// outside debugfs. NodeKnown says whether they were read.
+	NodeDirty, NodeWriteback int64
+	NodeKnown                bool
+}
+
+// String renders what is known: "8.0 MiB of ext4 delayed allocation; the
+// node has 8.0 MiB under writeback and 0 B dirty", or "" when nothing is.
+func (u Unwritten) String() string {
+	var parts []string
+	if u.DelallocKnown {
+		parts = append(parts, fmt.Sprintf("%s of ext4 delayed-allocation data not yet written", bytesString(u.Delalloc)))
+	}
+	if u.NodeKnown {
+		parts = append(parts, fmt.Sprintf("the node has %s under writeback and %s dirty (all devices)", bytesString(u.NodeWriteback), bytesString(u.NodeDirty)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func bytesString(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// Unwritten reads what the kernel reports of the unwritten data of the
+// filesystem mounted at mountPoint (of type fsType) on device (its kernel
+// name): reads of sysfs, /proc/meminfo and a stat of the mount's root,
+// none of which waits for the device.
+func (r *Reader) Unwritten(fsType, device, mountPoint string) Unwritten {
+	var u Unwritten
+	switch fsType {
+	case "ext2", "ext3", "ext4":
+		if device == "" {
+			break
+		}
+		blocks, err := r.sys.ReadIntAttr("fs/ext4/" + device + "/delayed_allocation_blocks")
+		if err != nil {
+			break
+		}
+		st, err := r.stat(mountPoint)
+		if err != nil || st.Blksize <= 0 {
+			break
+		}
+		u.Delalloc, u.DelallocKnown = blocks*int64(st.Blksize), true
+	}
+	if dirty, wb, err := r.meminfo(); err == nil {
+		u.NodeDirty, u.NodeWriteback, u.NodeKnown = dirty, wb, true
+	}
+	return u
+}
+
+// meminfo reads Dirty and Writeback (kB) from <proc>/meminfo.
+func (r *Reader) meminfo() (dirty, writeback int64, err error) {
+	p := filepath.Join(r.proc, "meminfo")
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 16<<10))
+	if err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", p, err)
+	}
+	found := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		key, rest, ok := strings.Cut(line, ":")
+		if !ok || (key != "Dirty" && key != "Writeback") {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, fmt.Errorf("%s: %s: unexpected %q", p, key, rest)
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %s: %w", p, key, err)
+		}
+		if key == "Dirty" {
+			dirty = v << 10
+		} else {
+			writeback = v << 10
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("%s has no Dirty and Writeback lines", p)
+	}
+	return dirty, writeback, nil
 }

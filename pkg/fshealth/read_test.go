@@ -102,11 +102,11 @@ func (n *node) table(t *testing.T) []mount.MountInfo {
 }
 
 func (n *node) reader() *Reader {
-	return New(sysfs.New(n.sys), n.proc, func(p string) error {
+	return New(sysfs.New(n.sys), n.proc, func(p string) (unix.Stat_t, error) {
 		if p != n.staging {
-			return fmt.Errorf("stat of %s, not the staging mount %s", p, n.staging)
+			return unix.Stat_t{}, fmt.Errorf("stat of %s, not the staging mount %s", p, n.staging)
 		}
-		return n.statErr
+		return unix.Stat_t{Blksize: 1024}, n.statErr
 	})
 }
 
@@ -318,7 +318,7 @@ func TestCheck_ABlockVolumeIsNeverRead(t *testing.T) {
 	n := newNode(t)
 	rec := record(n, "", false)
 	rec.AccessType = volume.AccessBlock
-	r := New(sysfs.New(n.sys), n.proc, func(string) error { t.Error("a block volume was stat'ed"); return nil })
+	r := New(sysfs.New(n.sys), n.proc, func(string) (unix.Stat_t, error) { t.Error("a block volume was stat'ed"); return unix.Stat_t{}, nil })
 	if got := r.Check(rec, n.table(t)); got.State != Unknown || got.Abnormal() {
 		t.Errorf("block volume: %+v", got)
 	}
