@@ -21,15 +21,15 @@ import (
 // the kernel removed and re-created makes a staged volume inaccessible
 // however healthy its paths are). mt is the mount table, read once for
 // every volume a call reports.
-func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record, mt mountTable) Condition {
+func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record, mt mountTable) volume.Condition {
 	if rec.AccessType == volume.AccessMount {
 		if mounted, err := isMountPoint(d.deps.Mounter, rec.StagingPath); err == nil && !mounted {
-			return Condition{Status: Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}
+			return volume.Condition{Status: volume.Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}
 		}
 	}
 	att, err := d.attacher(rec.Context.Transport)
 	if err != nil {
-		return Condition{Status: Inaccessible, Reason: "UnknownTransport", Message: err.Error()}
+		return volume.Condition{Status: volume.Inaccessible, Reason: "UnknownTransport", Message: err.Error()}
 	}
 	c := att.Health(ctx, rec)
 	if mt.err == nil {
@@ -43,8 +43,8 @@ func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record, mt moun
 // volumeConditions are a staged volume's abnormal conditions, each an
 // entry of its own: its paths' (volumeCondition), then its filesystem's
 // (filesystemHealth). None when it is healthy.
-func (d *Driver) volumeConditions(ctx context.Context, rec volume.Record, mt mountTable) []Condition {
-	var out []Condition
+func (d *Driver) volumeConditions(ctx context.Context, rec volume.Record, mt mountTable) []volume.Condition {
+	var out []volume.Condition
 	c := d.volumeCondition(ctx, rec, mt)
 	if c.Abnormal() {
 		out = append(out, c)
@@ -88,14 +88,14 @@ func (d *Driver) readMountTable() mountTable {
 
 // healthEntries are the NodeGetVolumeHealth entries of conditions cs, one
 // per abnormal condition; none when healthy.
-func healthEntries(cs []Condition) []*csi.VolumeHealth_VolumeHealthEntry {
+func healthEntries(cs []volume.Condition) []*csi.VolumeHealth_VolumeHealthEntry {
 	var out []*csi.VolumeHealth_VolumeHealthEntry
 	for _, c := range cs {
 		msg := boundMessage(c.Message, maxHealthMessageBytes)
 		switch c.Status {
-		case Degraded:
+		case volume.Degraded:
 			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: msg})
-		case Inaccessible:
+		case volume.Inaccessible:
 			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: msg})
 		}
 	}
@@ -169,7 +169,7 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		reason string
 	}
 	affected := map[key][]string{}
-	add := func(c Condition, msg string) {
+	add := func(c volume.Condition, msg string) {
 		if !c.Abnormal() {
 			return
 		}
@@ -194,10 +194,10 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		affected[k] = append(affected[k], fsSummary(k.reason, ids))
 	}
 	if err := l.Err(); err != nil {
-		add(Condition{Status: Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("%d staged-volume record(s) cannot be read, so their volumes are neither checked nor healed and nothing of their targets is torn down: %v; see pathmend diagnose and docs/state.md (an unreadable record)", len(l.Unreadable), err))
+		add(volume.Condition{Status: volume.Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("%d staged-volume record(s) cannot be read, so their volumes are neither checked nor healed and nothing of their targets is torn down: %v; see pathmend diagnose and docs/state.md (an unreadable record)", len(l.Unreadable), err))
 	}
 	if d.cfg.HealMode == heal.ModeOff {
-		add(Condition{Status: Degraded, Reason: ReasonHealOff}, "path healing is off on this node (--heal=off): pathmend neither reconnects nor repairs paths, and a path lost stays lost; run pathmend with --heal=repair, or --heal=observe to see what it would do")
+		add(volume.Condition{Status: volume.Degraded, Reason: ReasonHealOff}, "path healing is off on this node (--heal=off): pathmend neither reconnects nor repairs paths, and a path lost stays lost; run pathmend with --heal=repair, or --heal=observe to see what it would do")
 	}
 	if d.deps.NodeConditions != nil {
 		for _, c := range d.deps.NodeConditions() {
@@ -239,8 +239,8 @@ func backendOf(c volume.Context) string {
 
 // storageStatus is the storage health status of an abnormal condition's
 // status: Degraded → STORAGE_DEGRADED, Inaccessible → STORAGE_UNREACHABLE.
-func storageStatus(s HealthStatus) csi.StorageHealthErrorType {
-	if s == Inaccessible {
+func storageStatus(s volume.HealthStatus) csi.StorageHealthErrorType {
+	if s == volume.Inaccessible {
 		return csi.StorageHealthErrorType_STORAGE_UNREACHABLE
 	}
 	return csi.StorageHealthErrorType_STORAGE_DEGRADED

@@ -47,7 +47,7 @@ import (
 // would not wait, or when nothing is mounted at mountPoint. It starts
 // nothing that can block: it reads sysfs, and the kernel's counters of
 // unwritten data for the message.
-func (d *Driver) stallCheck(rec volume.Record, c Condition, mt mountTable, mountPoint, op string) error {
+func (d *Driver) stallCheck(rec volume.Record, c volume.Condition, mt mountTable, mountPoint, op string) error {
 	var mi *mount.MountInfo
 	num := rec.DevNum
 	if mountPoint != "" {
@@ -70,7 +70,7 @@ func (d *Driver) stallCheck(rec volume.Record, c Condition, mt mountTable, mount
 			return nil // removed: every I/O to it fails at once
 		}
 	}
-	if c.Status != Inaccessible {
+	if c.Status != volume.Inaccessible {
 		return nil // a live path carries the I/O
 	}
 	return &codedError{code: codes.Unavailable, msg: d.stallMessage(rec, mi, c, op)}
@@ -83,7 +83,7 @@ func (d *Driver) stallCheckNow(ctx context.Context, rec volume.Record, att Attac
 
 // stallMessage says why op was not started: the paths, the filesystem,
 // its unwritten data, until when the kernel queues, and what to do.
-func (d *Driver) stallMessage(rec volume.Record, mi *mount.MountInfo, c Condition, op string) string {
+func (d *Driver) stallMessage(rec volume.Record, mi *mount.MountInfo, c volume.Condition, op string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "volume %s: no path is live (%s)", rec.VolumeID, c.Message)
 	if mi != nil {
