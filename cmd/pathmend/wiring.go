@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/metrics"
@@ -152,6 +153,12 @@ type driverStaged struct {
 
 func (s *driverStaged) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
 	return s.d.StagedDevices(recs)
+}
+
+// FilesystemHealth is the driver's read of the staged filesystems'
+// health, for the monitor's pathmend_volume_filesystem_state.
+func (s *driverStaged) FilesystemHealth(recs []volume.Record) (map[string]fshealth.Health, error) {
+	return s.d.FilesystemHealth(recs)
 }
 
 // healthCheck is /healthz: the CSI server answers Probe over its socket,

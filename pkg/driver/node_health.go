@@ -279,3 +279,21 @@ func fsSummary(reason string, ids []string) string {
 	}
 	return head + list + todo
 }
+
+// FilesystemHealth reads the health of the filesystem of each staged
+// filesystem volume in recs, reading the mount table once; block volumes
+// are left out. The monitor sets pathmend_volume_filesystem_state from it
+// every tick.
+func (d *Driver) FilesystemHealth(recs []volume.Record) (map[string]fshealth.Health, error) {
+	mt := d.readMountTable()
+	if mt.err != nil {
+		return nil, mt.err
+	}
+	out := make(map[string]fshealth.Health, len(recs))
+	for _, rec := range recs {
+		if h, ok := d.filesystemHealth(rec, mt); ok {
+			out[rec.VolumeID] = h
+		}
+	}
+	return out, nil
+}

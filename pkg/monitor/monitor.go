@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
@@ -89,6 +90,17 @@ type Deps struct {
 	// hold (the driver knows the mounts); the tick compares it with the
 	// volume's devices for pathmend_volume_staged_device_replaced.
 	Staged StagedDevicer
+	// Filesystems, when set, reads the health of the staged filesystem
+	// volumes' filesystems (the driver knows the mounts); the tick sets
+	// pathmend_volume_filesystem_state from it and logs each change.
+	Filesystems FilesystemReader
+}
+
+// FilesystemReader reads the health of staged volumes' filesystems,
+// reading the mount table once for all of them; block volumes and
+// volumes with nothing mounted are left out.
+type FilesystemReader interface {
+	FilesystemHealth(recs []volume.Record) (map[string]fshealth.Health, error)
 }
 
 // StagedDevicer returns the device the users of each staged volume hold,
@@ -135,6 +147,10 @@ type Monitor struct {
 	// replaced are the volumes whose staged device series is set, so
 	// that an unstaged volume's series is deleted.
 	replaced map[string]bool
+	// filesystems are the states of the staged filesystems as of the
+	// last tick, by volume ID: for the log of a change and the deletion
+	// of an unstaged volume's series.
+	filesystems map[string]fshealth.State
 	// align is what jobs aligned of the staged volumes' timeouts;
 	// alignMu guards it (the tick plans from it, jobs write it).
 	alignMu sync.Mutex
@@ -187,7 +203,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	}
 	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), reach: newReachability(),
 		nvme:   nvme.NewReader(deps.SysFS, nvme.ScopePaths),
-		status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{},
+		status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{}, filesystems: map[string]fshealth.State{},
 		align: newAlignment(),
 		gate:  heal.NewLogGate(0, deps.Clock.Now)}, nil
 }

@@ -35,6 +35,9 @@ type Report struct {
 	// Replaced are staged volumes whose users hold a device the kernel
 	// replaced.
 	Replaced []string
+	// Filesystems are the staged volumes whose filesystem is not healthy
+	// (errors, read-only, shut down), each "volumeID: summary".
+	Filesystems []string
 }
 
 // Tick runs one pass: read the records and sysfs once → plan which
@@ -149,6 +152,7 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 		m.deps.Sessions.Tick(ctx, recs, l.Err())
 	}
 	rep.Replaced = m.checkStaged(stagedRecords(recs), host)
+	rep.Filesystems = m.checkFilesystems(stagedRecords(recs))
 	end := m.deps.Clock.Now()
 	m.deps.Metrics.ObserveTick(end.Sub(start), end)
 	m.mu.Lock()
