@@ -24,7 +24,9 @@ import (
 // Linux 6.1: an unmount of a clean, synced ext4 and of a clean XFS each
 // waited until the ports returned; a read-only ext4's unmount and the
 // unmount of a bind mount whose filesystem stays mounted elsewhere
-// returned at once). So the decision is made from the paths' state before
+// returned at once, and so did the unmount of an XFS that had shut down;
+// an ext4 read-only after an error still waited, writing its superblock).
+// So the decision is made from the paths' state before
 // anything is started: a call that would write to a read-write filesystem
 // (or, for a block volume, open its device) is not started while no path
 // of the volume is live and the kernel still has its device. The answer
@@ -60,6 +62,9 @@ func (d *Driver) stallCheck(rec volume.Record, c volume.Condition, mt mountTable
 		}
 		if slices.Contains(m.SuperOptions, "ro") {
 			return nil // a read-only superblock writes nothing at unmount
+		}
+		if d.deps.Filesystems.ShutDown(m.FsType, m.MountPoint) {
+			return nil // a shut-down XFS writes nothing either
 		}
 		mi = &m
 		num = volume.DeviceNumber{Major: uint32(m.Major), Minor: uint32(m.Minor)}
