@@ -231,7 +231,9 @@ func TestStall_WhatCannotWaitIsStarted(t *testing.T) {
 func TestStall_AnUnmountLeftInTheKernelKeepsTheVolumeBusy(t *testing.T) {
 	e := newStallEnv(t)
 	e.unmount(t, e.target)
-	e.att.health = func(volume.Record) volume.Condition { return volume.Condition{Status: volume.Healthy, Message: "2 of 2 paths live"} }
+	e.att.health = func(volume.Record) volume.Condition {
+		return volume.Condition{Status: volume.Healthy, Message: "2 of 2 paths live"}
+	}
 	e.mnt.mu.Lock()
 	e.mnt.hold = make(chan struct{})
 	e.mnt.mu.Unlock()
