@@ -365,7 +365,7 @@ func (d *Driver) mountStaging(rec volume.Record) (mounted bool, err error) {
 // it), and errors=remount-ro for ext3 and ext4 unless the flags name an
 // errors= behaviour: mke2fs leaves "continue" in the superblock, and a
 // filesystem that found its metadata damaged must stop writing, not go on
-// (docs/operations.md#a-filesystem-is-read-only-or-shut-down).
+// (docs/operations.md#pathmendfilesystemreadonly).
 func stagingOptions(rec volume.Record) []string {
 	opts := slices.Clone(rec.MountFlags)
 	if rec.ReadOnly {

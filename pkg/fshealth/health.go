@@ -46,8 +46,8 @@ const (
 
 // Runbook anchors in docs/operations.md, named in every message.
 const (
-	runbookReadOnly = "docs/operations.md#a-filesystem-is-read-only-or-shut-down"
-	runbookErrors   = "docs/operations.md#a-filesystem-recorded-errors"
+	runbookReadOnly = "docs/operations.md#pathmendfilesystemreadonly"
+	runbookErrors   = "docs/operations.md#pathmendfilesystemerrors"
 )
 
 // ErrorRecord is one of ext4's recorded errors (the first or the last):
