@@ -4,7 +4,10 @@
 // function of the seed, the run's length and the lab's topology, so a run
 // that failed is replayed with its seed.
 //
-// The planner keeps two rules. A path, a volume and pathmend itself are
+// The planner keeps two rules (which filesystem-error breaks on purpose,
+// alone on its group: it holds every path of a group down past the
+// group's queueing window, and no other fault touches the group
+// meanwhile). A path, a volume and pathmend itself are
 // resources: two faults never hold one at once (a path is held from the
 // fault until it can be back). And the time every path of a group is down
 // at once, counting how long each path needs to come back after its fault
@@ -46,13 +49,15 @@ const (
 	KillInHeal  Kind = "pathmend-kill-in-heal" // SIGKILL as soon as pathmend is seen tearing down or kicking
 	Restage     Kind = "volume-restage"        // unpublish, unstage, stage, publish while faults run
 	RestageKill Kind = "volume-restage-kill"   // the same, pathmend SIGKILLed during the NodeUnstage or the NodeStage
+	// Filesystems.
+	FilesystemError Kind = "filesystem-error" // every path of a group down longer than its queueing window: the writes fail, the filesystem goes read-only
 )
 
 // Kinds lists the catalogue in a stable order.
 var Kinds = []Kind{
 	PortUnlink, NVMeDropShort, NVMeDropLong, NotContributing, ControllerDelete, NamespaceDisable,
 	PortalDropShort, PortalDropLong, TPGDisable, StuckSession,
-	Kill, KillInHeal, Restage, RestageKill,
+	Kill, KillInHeal, Restage, RestageKill, FilesystemError,
 }
 
 // Path is one path of a group: an NVMe endpoint or an iSCSI portal.
@@ -78,6 +83,9 @@ type Group struct {
 	// GivesUp: the group's controllers have a finite ctrl_loss_tmo
 	// (CtrlLoss), so NVMeDropLong can outlast it.
 	CtrlLoss time.Duration `json:"ctrlLoss,omitempty"`
+	// FSQueue is the group's queueing window when FilesystemError may hit
+	// it: the fault holds every path down longer than that, past Window.
+	FSQueue time.Duration `json:"fsQueue,omitempty"`
 }
 
 // Volume is one staged volume.
@@ -119,6 +127,8 @@ func (f Fault) String() string {
 	s := fmt.Sprintf("#%d %s at %s", f.ID, f.Kind, f.At.Round(time.Second))
 	if f.Path != "" {
 		s += " on " + f.Path
+	} else if f.Group != "" && f.Volume == "" {
+		s += " on every path of " + f.Group
 	}
 	if f.Volume != "" {
 		s += " on " + f.Volume
@@ -164,6 +174,9 @@ var specs = map[Kind]spec{
 	KillInHeal:       {weight: 3, min: 60 * time.Second, max: 60 * time.Second},
 	Restage:          {weight: 4, tail: 30 * time.Second, target: "volume", eligible: func(Group, Path, Volume) bool { return true }},
 	RestageKill:      {weight: 3, tail: 40 * time.Second, target: "volume", eligible: func(Group, Path, Volume) bool { return true }},
+	// The hold is FSQueue plus this range; the tail covers the reconnect
+	// and the volume's restage.
+	FilesystemError: {weight: 3, min: 6 * time.Second, max: 15 * time.Second, tail: 40 * time.Second, down: true, target: "group", eligible: func(g Group, _ Path, _ Volume) bool { return g.FSQueue > 0 }},
 }
 
 func groupISCSI(g Group) bool { return len(g.Paths) > 0 && g.Paths[0].ISCSI }
@@ -293,6 +306,12 @@ func (s *state) targets(k Kind) []target {
 				out = append(out, target{g: g, v: v})
 			}
 		}
+	case "group":
+		for _, g := range s.topo.Groups {
+			if sp.eligible(g, Path{}, Volume{}) {
+				out = append(out, target{g: g})
+			}
+		}
 	default:
 		out = append(out, target{})
 	}
@@ -315,8 +334,9 @@ func (s *state) place(r *rand.Rand, k Kind, at time.Duration, o Options) (Fault,
 	ts := s.targets(k)
 	r.Shuffle(len(ts), func(i, j int) { ts[i], ts[j] = ts[j], ts[i] })
 	hold := uniform(r, sp.min, sp.max)
-	if k == NVMeDropLong {
-		// Past the group's ctrl_loss_tmo, wherever it lands.
+	if k == NVMeDropLong || k == FilesystemError {
+		// Past the group's ctrl_loss_tmo or queueing window, wherever
+		// it lands.
 		hold = 0
 	}
 	f := Fault{Kind: k, At: at.Truncate(100 * time.Millisecond), Hold: hold}
@@ -337,8 +357,11 @@ func (s *state) place(r *rand.Rand, k Kind, at time.Duration, o Options) (Fault,
 	}
 	for _, t := range ts {
 		g := f
-		if k == NVMeDropLong {
+		switch k {
+		case NVMeDropLong:
 			g.Hold = t.g.CtrlLoss + uniform(r, sp.min, sp.max)
+		case FilesystemError:
+			g.Hold = t.g.FSQueue + uniform(r, sp.min, sp.max)
 		}
 		if !s.fits(k, g, t) {
 			continue
@@ -366,6 +389,19 @@ func (s *state) resource(k Kind, t target) string {
 
 func (s *state) fits(k Kind, f Fault, t target) bool {
 	span := s.span(k, f)
+	if specs[k].target == "group" {
+		// Every path of the group, free of any other fault the whole
+		// time: the group's every-path-down span is this fault's alone
+		// (past its Window on purpose), and nothing else overlaps it.
+		for _, p := range t.g.Paths {
+			for _, iv := range append(slices.Clone(s.busy["path:"+p.ID]), s.down[p.ID]...) {
+				if iv.overlaps(span) {
+					return false
+				}
+			}
+		}
+		return true
+	}
 	if res := s.resource(k, t); res != "" {
 		for _, iv := range s.busy[res] {
 			if iv.overlaps(span) {
@@ -385,6 +421,13 @@ func (s *state) fits(k Kind, f Fault, t target) bool {
 
 func (s *state) book(k Kind, f Fault, t target) {
 	span := s.span(k, f)
+	if specs[k].target == "group" {
+		for _, p := range t.g.Paths {
+			s.busy["path:"+p.ID] = append(s.busy["path:"+p.ID], span)
+			s.down[p.ID] = append(s.down[p.ID], span)
+		}
+		return
+	}
 	if res := s.resource(k, t); res != "" {
 		s.busy[res] = append(s.busy[res], span)
 	}
