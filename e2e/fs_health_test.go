@@ -459,10 +459,14 @@ func outageThenRestage(t *testing.T, fsType, reason, state string, port int) {
 	}
 	if fsType == "ext4" {
 		lines := readLog(t, logPath)
-		if len(withMsg(lines, "Filesystem check corrected errors before mounting")) == 0 && len(withMsg(lines, "Filesystem checked before mounting")) == 0 {
-			t.Errorf("no log line says the restage checked the filesystem")
+		var checks []logLine
+		for _, m := range []string{"Filesystem records errors: checking it before mounting", "Filesystem check corrected errors before mounting", "Filesystem check cleared the recorded errors before mounting"} {
+			checks = append(checks, withMsg(lines, m)...)
 		}
-		for _, ln := range withMsg(lines, "Filesystem check corrected errors before mounting") {
+		if len(checks) == 0 {
+			t.Errorf("no level-0 log line says the restage checked a filesystem that recorded errors")
+		}
+		for _, ln := range checks {
 			t.Logf("check: %s", ln.Raw)
 		}
 	}

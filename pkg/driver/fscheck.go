@@ -3,11 +3,13 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"k8s.io/klog/v2"
 	utilexec "k8s.io/utils/exec"
 
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -21,7 +23,8 @@ import (
 // filesystem before it mounts it:
 //
 //   - ext2, ext3, ext4: `fsck -p` (e2fsck's preen: it replays the journal
-//     and, when the superblock records errors, checks the whole
+//     and, when the superblock records errors — read first, and logged
+//     at level 0 when it does — checks the whole
 //     filesystem and makes the repairs that need no decision), run before
 //     every read-write mount of an existing filesystem, as mount-utils'
 //     SafeFormatAndMount runs `fsck -a`. Unlike SafeFormatAndMount,
@@ -54,9 +57,20 @@ func (d *Driver) checkFilesystem(rec volume.Record, format string) error {
 	default:
 		return nil
 	}
+	// What the superblock records says why the check matters (it reads
+	// 1 KiB of a device whose paths the attach just found live); the
+	// check itself decides either way.
+	recorded := ""
+	if sb, err := readSuperblock(rec.Device); err == nil && sb.RecordsErrors() {
+		recorded = sb.Summary()
+		klog.InfoS("Filesystem records errors: checking it before mounting", "volumeID", rec.VolumeID, "device", rec.Device, "fsType", format, "recorded", recorded, "journalNeedsRecovery", sb.NeedsRecovery)
+	}
 	out, err := d.deps.Mounter.Exec.Command("fsck", "-p", rec.Device).CombinedOutput()
 	var ee utilexec.ExitError
 	switch {
+	case err == nil && recorded != "":
+		klog.InfoS("Filesystem check cleared the recorded errors before mounting", "volumeID", rec.VolumeID, "device", rec.Device, "fsType", format, "output", lastLines(out))
+		return nil
 	case err == nil:
 		klog.V(2).InfoS("Filesystem checked before mounting", "volumeID", rec.VolumeID, "device", rec.Device, "fsType", format, "output", lastLines(out))
 		return nil
@@ -129,4 +143,14 @@ func errString(err error) string {
 		return "exit 0"
 	}
 	return fmt.Sprint(err)
+}
+
+// readSuperblock reads the ext2/3/4 superblock of device.
+func readSuperblock(device string) (fshealth.Superblock, error) {
+	f, err := os.Open(device)
+	if err != nil {
+		return fshealth.Superblock{}, err
+	}
+	defer f.Close()
+	return fshealth.ReadSuperblock(f)
 }

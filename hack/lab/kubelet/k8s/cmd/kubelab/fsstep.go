@@ -167,17 +167,26 @@ func (l *Lab) filesystemError(handle string) error {
 	if err := l.deletePodAndUnstage(podFSIdle, handle); err != nil {
 		return err
 	}
-	checks := len(l.pathmendLines("Filesystem check corrected errors before mounting"))
+	// The new pod's stage reads the superblock (it records the error),
+	// checks the filesystem and says what the check did.
+	checked := func() []string {
+		var out []string
+		for _, m := range []string{"Filesystem records errors: checking it before mounting", "Filesystem check cleared the recorded errors before mounting", "Filesystem check corrected errors before mounting"} {
+			out = append(out, linesWith(l.pathmendLines(m), handle)...)
+		}
+		return out
+	}
+	checks := len(checked())
 	if err := l.createPod(writerPod(podFSAfter, "nvme-fs", false)); err != nil {
 		return err
 	}
 	if _, err := l.waitRunning(podFSAfter, 10*time.Minute); err != nil {
 		return err
 	}
-	corrected := l.pathmendLines("Filesystem check corrected errors before mounting")
-	l.check(len(corrected) > checks, "no \"Filesystem check corrected errors before mounting\" line for the new pod's stage")
-	if len(corrected) > checks {
-		l.note("pathmend: %s", corrected[len(corrected)-1])
+	lines := checked()
+	l.check(len(lines) >= checks+2, "pathmend logged no \"Filesystem records errors\" line and the check's outcome for the new pod's stage")
+	for _, ln := range lines[checks:] {
+		l.note("pathmend: %s", ln)
 	}
 	if err := l.ioProgress([]string{podFSAfter}, 3); err != nil {
 		return err
