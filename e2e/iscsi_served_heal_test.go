@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
 	"github.com/pathmend/pathmend/pkg/iscsi"
 )
 
@@ -45,8 +47,8 @@ func TestISCSI_ServedHealKicksAStuckSessionOfAStagedVolume(t *testing.T) {
 	if s := v.session(t, proxyPortal); s.ID != stuck.ID {
 		t.Fatalf("the stuck session is %s, staged as %s: something logged it out", s.ID, stuck.ID)
 	}
-	if hs := volumeHealth(t, v.node, id); len(hs) == 0 {
-		t.Errorf("volume health while a path is stuck: healthy, want degraded")
+	if hs, ok := healthWithin(t, v.node, id, healthBound(3*time.Second), func(hs []*csi.VolumeHealth_VolumeHealthEntry) bool { return len(hs) > 0 }); !ok {
+		t.Errorf("volume health while a path is stuck: healthy, want degraded within the bound")
 	} else {
 		t.Logf("volume health while stuck: %s %s", hs[0].GetStatus(), hs[0].GetMessage())
 	}

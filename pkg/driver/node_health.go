@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -12,60 +13,98 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// volumeCondition is the health of one staged volume: its transport's view
-// of the paths, for filesystem access whether the staging mount is still
-// there, and whether what its users hold is still its device (a device
-// the kernel removed and re-created makes a staged volume inaccessible
-// however healthy its paths are). mt is the mount table, read once for
-// every volume a call reports.
-func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record, mt mountTable) volume.Condition {
+// reasonNotMounted: a filesystem volume's staging mount is gone.
+const reasonNotMounted = "NotMounted"
+
+// volumeHealth is what the health RPCs know of one volume with a record:
+// its condition (its paths graded, or a device the kernel replaced under
+// its users, or a staging mount that is gone), the loop's notes about it,
+// the model's view of its paths, and the facts other packages added (its
+// filesystem's health, fshealth.Fact). It comes from the node model when
+// the volume's entry there was read at most Config.HealthBound ago (and
+// not before the volume was staged as it is now); else from a read of the
+// volume's own kernel objects only (its transport's Health: its
+// subsystem, or its target's sessions), the mount table and its own
+// filesystem's attributes, never the whole node. That read is not written
+// into the model: the loop is its writer, and the next tick does.
+func (d *Driver) volumeHealth(ctx context.Context, rec volume.Record) model.Volume {
 	if rec.AccessType == volume.AccessMount {
 		if mounted, err := isMountPoint(d.deps.Mounter, rec.StagingPath); err == nil && !mounted {
-			return volume.Condition{Status: volume.Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}
+			return model.Volume{Condition: volume.Condition{Status: volume.Inaccessible, Reason: reasonNotMounted, Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}}
 		}
+	}
+	entry, fresh := d.modelEntry(rec)
+	if fresh {
+		return entry
 	}
 	att, err := d.attacher(rec.Context.Transport)
 	if err != nil {
-		return volume.Condition{Status: volume.Inaccessible, Reason: "UnknownTransport", Message: err.Error()}
+		return model.Volume{Condition: volume.Condition{Status: volume.Inaccessible, Reason: "UnknownTransport", Message: err.Error()}}
 	}
+	now := d.deps.Clock.Now()
 	c := att.Health(ctx, rec)
+	mt := d.readMountTable()
 	if mt.err == nil {
 		if r, ok := d.replacedCondition(rec, mt.mounts, c); ok {
-			return r
+			c = r
 		}
 	}
-	return c
+	facts := entry.Facts
+	if h, ok := d.filesystemHealth(rec, mt); ok {
+		facts = maps.Clone(facts)
+		if facts == nil {
+			facts = map[string]model.Fact{}
+		}
+		facts[fshealth.Fact] = model.Fact{Condition: h.Condition(), ReadAt: now}
+	}
+	return model.Volume{Condition: c, Notes: entry.Notes, Facts: facts, Paths: entry.Paths}
 }
 
-// volumeConditions are a staged volume's abnormal conditions, each an
-// entry of its own: its paths' (volumeCondition), then its filesystem's
-// (filesystemHealth). None when it is healthy.
-func (d *Driver) volumeConditions(ctx context.Context, rec volume.Record, mt mountTable) []volume.Condition {
-	var out []volume.Condition
-	c := d.volumeCondition(ctx, rec, mt)
-	if c.Abnormal() {
-		out = append(out, c)
+// modelEntry returns the node model's entry of rec's volume, its facts
+// limited to those read since the volume was staged as it is now, and
+// whether the entry is within Config.HealthBound. An entry of another
+// staging (read before this one: a restage onto the device that replaced
+// the old one) is none.
+func (d *Driver) modelEntry(rec volume.Record) (entry model.Volume, fresh bool) {
+	if d.deps.Model == nil {
+		return model.Volume{}, false
 	}
-	if c.Reason == "NotMounted" {
-		return out // no filesystem to read
+	e, ok := d.deps.Model.Snapshot().Volume(rec.VolumeID)
+	if !ok || e.Scope != model.Owned || e.Target != rec.Target() || e.ReadAt.Before(rec.StagedAt) {
+		return model.Volume{}, false
 	}
-	if h, ok := d.filesystemHealth(rec, mt); ok && h.Abnormal() {
-		out = append(out, h.Condition())
+	// A fact read before this staging (the filesystem the restage
+	// checked and mounted again) is not this staging's.
+	before := func(_ string, f model.Fact) bool { return f.ReadAt.Before(rec.StagedAt) }
+	for name, f := range e.Facts {
+		if before(name, f) {
+			e.Facts = maps.Clone(e.Facts)
+			maps.DeleteFunc(e.Facts, before)
+			break
+		}
 	}
-	return out
+	return e, d.cfg.HealthBound > 0 && e.Age(d.deps.Clock.Now()) <= d.cfg.HealthBound
 }
 
 // filesystemHealth reads the health of a staged filesystem volume's
 // filesystem (pkg/fshealth); ok is false for a block volume, a volume
 // that is not staged, or when the mount table cannot be read.
 func (d *Driver) filesystemHealth(rec volume.Record, mt mountTable) (fshealth.Health, bool) {
-	if rec.AccessType != volume.AccessMount || rec.State != volume.StateStaged || mt.err != nil {
+	if rec.AccessType != volume.AccessMount || rec.State != volume.StateStaged || mt.err != nil || d.deps.Filesystems == nil {
 		return fshealth.Health{}, false
 	}
 	return d.deps.Filesystems.Check(rec, mt.infos), true
+}
+
+// filesystemFact returns the health of rec's filesystem as v has it (the
+// fact the loop or volumeHealth read), and whether v has one.
+func filesystemFact(v model.Volume) (volume.Condition, bool) {
+	f, ok := v.Facts[fshealth.Fact]
+	return f.Condition, ok
 }
 
 // mountTable is the mount table as one call reads it: every mount with
@@ -86,8 +125,7 @@ func (d *Driver) readMountTable() mountTable {
 	return mountTable{infos: infos, mounts: MountsOf(infos)}
 }
 
-// healthEntries are the NodeGetVolumeHealth entries of conditions cs, one
-// per abnormal condition; none when healthy.
+// healthEntries are the entries of conditions cs, one per abnormal one.
 func healthEntries(cs []volume.Condition) []*csi.VolumeHealth_VolumeHealthEntry {
 	var out []*csi.VolumeHealth_VolumeHealthEntry
 	for _, c := range cs {
@@ -133,12 +171,12 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 			return nil, err
 		}
 	}
-	cs := d.volumeConditions(ctx, rec, d.readMountTable())
-	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: healthEntries(cs)}}, nil
+	v := d.volumeHealth(ctx, rec)
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: healthEntries(v.Conditions())}}, nil
 }
 
 // Reasons of the node conditions NodeGetStorageHealth reports itself (the
-// monitor and the session heal add theirs through Deps.NodeConditions).
+// transports add theirs to the node model).
 const (
 	// ReasonRecordsUnreadable: some staged-volume records cannot be read;
 	// their volumes are neither checked nor healed.
@@ -151,7 +189,7 @@ const (
 // backend (an NVMe subsystem or an iSCSI target) with a staged volume on
 // this node, whether it is degraded or unreachable from here; targets or
 // portals that do not answer and iSCSI sessions the heal cannot kick (from
-// Deps.NodeConditions: the monitor's last tick); staged-volume records
+// the node model, as the loop's last tick wrote them); staged-volume records
 // that cannot be read; and the heal switched off. One entry per (status,
 // reason), its message naming what is affected and what to do (within
 // the 1024 bytes Kubernetes keeps: the entries that do not fit are
@@ -176,13 +214,14 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		k := key{storageStatus(c.Status), c.Reason}
 		affected[k] = append(affected[k], msg)
 	}
-	mt := d.readMountTable()
 	fsVolumes := map[key][]string{}
 	for _, rec := range recs {
-		for _, c := range d.volumeConditions(ctx, rec, mt) {
+		for _, c := range d.volumeHealth(ctx, rec).Conditions() {
 			if isFilesystemReason(c.Reason) {
 				// Counted per node: one message per reason naming how
-				// many volumes, each in a line of its own (fsSummary).
+				// many volumes (fsSummary); each volume's own message
+				// (NodeGetVolumeHealth, the pod's status) names its
+				// device and errors.
 				k := key{storageStatus(c.Status), c.Reason}
 				fsVolumes[k] = append(fsVolumes[k], rec.VolumeID)
 				continue
@@ -199,8 +238,8 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 	if d.cfg.HealMode == heal.ModeOff {
 		add(volume.Condition{Status: volume.Degraded, Reason: ReasonHealOff}, "path healing is off on this node (--heal=off): pathmend neither reconnects nor repairs paths, and a path lost stays lost; run pathmend with --heal=repair, or --heal=observe to see what it would do")
 	}
-	if d.deps.NodeConditions != nil {
-		for _, c := range d.deps.NodeConditions() {
+	if d.deps.Model != nil {
+		for _, c := range d.deps.Model.Snapshot().Node() {
 			add(c, c.Message)
 		}
 	}
@@ -282,8 +321,9 @@ func fsSummary(reason string, ids []string) string {
 
 // FilesystemHealth reads the health of the filesystem of each staged
 // filesystem volume in recs, reading the mount table once; block volumes
-// are left out. The monitor sets pathmend_volume_filesystem_state from it
-// every tick.
+// are left out. The loop (pkg/monitor) calls it once a tick: it writes
+// each volume's health into the node model (fact fshealth.Fact), which
+// the health RPCs read, and sets pathmend_volume_filesystem_state.
 func (d *Driver) FilesystemHealth(recs []volume.Record) (map[string]fshealth.Health, error) {
 	mt := d.readMountTable()
 	if mt.err != nil {

@@ -113,25 +113,27 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, err
 	}
-	att, err := d.attacher(rec.Context.Transport)
-	if err != nil {
-		return nil, err
-	}
-	mt := d.readMountTable()
-	paths := att.Health(ctx, rec)
-	if mt.err == nil {
-		if c, ok := d.replacedCondition(rec, mt.mounts, paths); ok {
-			return nil, failedPrecondition("%s", c.Message)
-		}
+	v := d.volumeHealth(ctx, rec)
+	if c := v.Condition; c.Reason == volume.ReasonStagedDeviceReplaced {
+		return nil, failedPrecondition("%s", c.Message)
 	}
 	// A filesystem that takes no writes, or none at all, has no usage a
 	// pod can count on: the answer says so (CSI v1.13 has no condition
 	// field in this response; kubelet logs the error).
-	if h, ok := d.filesystemHealth(rec, mt); ok && (h.State == fshealth.ReadOnly || h.State == fshealth.Shutdown) {
-		return nil, failedPrecondition("volume %s: %s", volumeID, h.Condition().Message)
+	if c, ok := filesystemFact(v); ok && (c.Reason == fshealth.ReasonReadOnly || c.Reason == fshealth.ReasonShutdown) {
+		return nil, failedPrecondition("volume %s: %s", volumeID, c.Message)
+	}
+	// With no live path a statfs, or an open of the device, may wait in
+	// the kernel (stall.go): only then is the mount table read to decide.
+	paths := volumePaths{cond: v.Condition, model: v.Paths}
+	stallCheck := func(mountPoint, op string) error {
+		if !paths.noneLive() {
+			return nil
+		}
+		return d.stallCheck(rec, paths, d.readMountTable(), mountPoint, op)
 	}
 	if rec.AccessType == volume.AccessBlock {
-		if err := d.stallCheck(rec, paths, mt, "", "an open of its device"); err != nil {
+		if err := stallCheck("", "an open of its device"); err != nil {
 			return nil, err
 		}
 		var size int64
@@ -152,7 +154,7 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if !mounted {
 		return nil, notFound("filesystem of volume %s is not mounted at %s", volumeID, path)
 	}
-	if err := d.stallCheck(rec, paths, mt, path, "a statfs"); err != nil {
+	if err := stallCheck(path, "a statfs"); err != nil {
 		return nil, err
 	}
 	var usage []*csi.VolumeUsage

@@ -93,7 +93,7 @@ func (d *Driver) clearDamagedStaging(ctx context.Context, rec volume.Record, att
 		return false, failedPrecondition("volume %s cannot be checked and mounted again while it is published at %s: %s", rec.VolumeID, strings.Join(held, ", "), h.Condition().Message)
 	}
 	// Its unmount writes the superblock: not started with no live path.
-	if err := d.stallCheck(rec, att.Health(ctx, rec), mt, rec.StagingPath, "an unmount"); err != nil {
+	if err := d.stallCheck(rec, d.pathsNow(ctx, rec, att), mt, rec.StagingPath, "an unmount"); err != nil {
 		return false, err
 	}
 	klog.InfoS("Unmounting a staged filesystem that takes no writes, to check it and mount it again", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "filesystem", h.Summary())

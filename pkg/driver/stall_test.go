@@ -17,6 +17,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -56,6 +57,7 @@ func (g *gateMounter) count() int {
 // health the test sets.
 type stallEnv struct {
 	d        *driver.Driver
+	model    *model.Model
 	att      *fakeAttacher
 	mnt      *gateMounter
 	clk      *clocktesting.FakeClock
@@ -71,7 +73,7 @@ func newStallEnv(t *testing.T) *stallEnv {
 	t.Helper()
 	dir := t.TempDir()
 	e := &stallEnv{staging: mkdir(t, dir, "staging"), target: mkdir(t, dir, "pods", "a"), sys: filepath.Join(dir, "sys"), superOpt: "rw,errors=remount-ro",
-		clk: clocktesting.NewFakeClock(time.Date(2026, 12, 4, 17, 0, 0, 0, time.UTC))}
+		clk: clocktesting.NewFakeClock(time.Date(2026, 12, 4, 17, 0, 0, 0, time.UTC)), model: model.New()}
 	e.mounted = map[string]bool{e.staging: true, e.target: true}
 	mkdir(t, e.sys, "devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1")
 	mkdir(t, e.sys, "dev/block")
@@ -94,14 +96,19 @@ func newStallEnv(t *testing.T) *stallEnv {
 	}
 	fm := mount.NewFakeMounter([]mount.MountPoint{{Device: "/dev/nvme0n1", Path: e.staging, Type: "ext4"}, {Device: "/dev/nvme0n1", Path: e.target, Type: "ext4"}})
 	e.mnt = &gateMounter{FakeMounter: fm, entered: make(chan string, 4)}
+	for _, c := range []string{"nvme0", "nvme1"} {
+		e.setFastIOFail(t, c, "600")
+	}
 	cfg := testConfig("ext4")
 	cfg.KernelCallTimeout = 10 * time.Second
+	cfg.HealthBound = 7200 * time.Millisecond
 	e.d, err = driver.New(cfg, driver.Deps{
 		SysFS: sysfs.New(e.sys), Intents: ownerOf(t, store), Exec: utilexec.New(),
 		Mounter:   &mount.SafeFormatAndMount{Interface: e.mnt, Exec: utilexec.New()},
 		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: e.att, volume.TransportISCSI: e.att},
 		Clock:     e.clk,
 		MountInfo: e.mountInfo,
+		Model:     e.model,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,12 +118,49 @@ func newStallEnv(t *testing.T) *stallEnv {
 		t.Fatal(err)
 	}
 	rec := volume.Record{VolumeID: "vol-a", Context: vc, StagingPath: e.staging, AccessType: volume.AccessMount, FSType: "ext4",
-		Device: "/dev/nvme0n1", DevNum: volume.DeviceNumber{Major: 259, Minor: 1}, State: volume.StateStaged, StagedAt: e.clk.Now(),
+		Device: "/dev/nvme0n1", DevNum: volume.DeviceNumber{Major: 259, Minor: 1}, State: volume.StateStaged, StagedAt: e.clk.Now().Add(-time.Hour),
 		Publications: []volume.Publication{{TargetPath: e.target}}}
 	if err := store.Put(rec); err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// setFastIOFail writes class/nvme/<ctrl>/fast_io_fail_tmo.
+func (e *stallEnv) setFastIOFail(t *testing.T, ctrl, v string) {
+	t.Helper()
+	mkdir(t, e.sys, "class/nvme", ctrl)
+	if err := os.WriteFile(filepath.Join(e.sys, "class/nvme", ctrl, "fast_io_fail_tmo"), []byte(v+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pathsDownSince writes vol-a into the node model as the loop would see
+// it with both controllers reconnecting since at.
+func (e *stallEnv) pathsDownSince(t *testing.T, at time.Time) {
+	t.Helper()
+	rec := volume.Record{VolumeID: "vol-a", Context: mustContext(t)}
+	// The first read that saw them down, and the last tick's.
+	for _, read := range []time.Time{at, e.clk.Now()} {
+		st := e.model.Stamp(read)
+		e.model.Update(func(tx *model.Txn) {
+			tx.Put(st, model.Volume{ID: "vol-a", Target: rec.Target(), Scope: model.Owned,
+				Condition: volume.Condition{Status: volume.Inaccessible, Reason: "NoLivePath", Message: "0 of 2 paths live"},
+				Paths: []model.Path{
+					{Endpoint: "127.0.0.1:4420", Object: "nvme0", State: model.PathDown, Detail: "nvme0 connecting"},
+					{Endpoint: "127.0.0.2:4420", Object: "nvme1", State: model.PathDown, Detail: "nvme1 connecting"},
+				}})
+		})
+	}
+}
+
+func mustContext(t *testing.T) volume.Context {
+	t.Helper()
+	vc, _, err := volume.ParseWithPublish(nvmeContext(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vc
 }
 
 // mountInfo is the mount table of what is mounted now, as mountinfo
@@ -170,9 +214,16 @@ func TestStall_NothingWaitsInTheKernelWhileNoPathIsLive(t *testing.T) {
 		t.Fatalf("NodeUnpublish of a bind whose filesystem stays mounted: %d unmounts, want 1", e.mnt.count())
 	}
 
+	// Before the loop saw the paths down, the message says so.
 	err := e.unstage()
-	wantUnavailableNaming(t, "NodeUnstage", err, "volume vol-a: no path is live (0 of 2 paths live; nvme0 connecting", "ext4 on nvme0n1 (259:1) is mounted read-write at "+e.staging,
-		"ext4 delayed-allocation data", "an unmount would wait in the kernel", "Nothing was started", "docs/operations.md#every-path-of-a-volume-is-down")
+	wantUnavailableNaming(t, "NodeUnstage", err, "volume vol-a: every path is down (since less than a monitor tick ago) (0 of 2 paths live; nvme0 connecting")
+	// The loop saw them down 3 minutes ago: since when, and when the
+	// kernel stops queueing (fast_io_fail_tmo after that).
+	e.pathsDownSince(t, e.clk.Now().Add(-3*time.Minute))
+	err = e.unstage()
+	wantUnavailableNaming(t, "NodeUnstage", err, "volume vol-a: every path is down since 2026-12-04T16:57:00Z (3m0s ago) (0 of 2 paths live; nvme0 connecting", "ext4 on nvme0n1 (259:1) is mounted read-write at "+e.staging,
+		"8.0 MiB of ext4 delayed-allocation data not yet written", "an unmount would wait in the kernel", "until a path returns or NVMe fast_io_fail_tmo (600 s) expires at 2026-12-04T17:07:00Z",
+		"Nothing was started", "docs/operations.md#every-path-of-a-volume-is-down")
 	_, err = e.d.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-a", VolumePath: e.staging})
 	wantUnavailableNaming(t, "NodeGetVolumeStats", err, "a statfs would wait")
 	_, err = e.d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-a", VolumePath: e.staging})
@@ -188,6 +239,42 @@ func TestStall_NothingWaitsInTheKernelWhileNoPathIsLive(t *testing.T) {
 	if err := e.unstage(); err != nil {
 		t.Fatalf("NodeUnstage with a live path: %v", err)
 	}
+}
+
+// Once every controller's fast_io_fail_tmo has run out (from when the
+// loop saw its path down, plus a health bound), the kernel fails the
+// volume's I/O at once: the unmount cannot wait, and the unstage is
+// started. With fast_io_fail_tmo off it never runs out.
+func TestStall_PastFastIOFailTmoTheUnmountIsStarted(t *testing.T) {
+	t.Run("expired", func(t *testing.T) {
+		e := newStallEnv(t)
+		e.unmount(t, e.target)
+		e.setFastIOFail(t, "nvme1", "30")
+		e.pathsDownSince(t, e.clk.Now().Add(-35*time.Second))
+		// nvme0 queues for 600 s: until 17:09:25.
+		wantUnavailableNaming(t, "NodeUnstage before the end", e.unstage(), "NVMe fast_io_fail_tmo (30, 600 s) expires at 2026-12-04T17:09:25Z")
+		// Both 30 s: the end was 16:59:55, but the bound (7.2 s) is not
+		// over yet.
+		e.setFastIOFail(t, "nvme0", "30")
+		wantUnavailableNaming(t, "NodeUnstage within the bound past the end", e.unstage(), "NVMe fast_io_fail_tmo (30 s) expires at 2026-12-04T16:59:55Z")
+		e.clk.Step(3 * time.Second)
+		if err := e.unstage(); err != nil {
+			t.Fatalf("NodeUnstage once the kernel fails the I/O: %v", err)
+		}
+		if e.mnt.count() != 1 {
+			t.Errorf("%d unmounts, want 1", e.mnt.count())
+		}
+	})
+	t.Run("off", func(t *testing.T) {
+		e := newStallEnv(t)
+		e.unmount(t, e.target)
+		e.setFastIOFail(t, "nvme1", "off")
+		e.pathsDownSince(t, e.clk.Now().Add(-time.Hour))
+		wantUnavailableNaming(t, "NodeUnstage", e.unstage(), "until a path returns (never: fast_io_fail_tmo is off on nvme1")
+		if e.mnt.count() != 0 {
+			t.Errorf("%d unmounts started", e.mnt.count())
+		}
+	})
 }
 
 // What cannot wait is started with every path down: a read-only

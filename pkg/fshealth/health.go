@@ -44,6 +44,11 @@ const (
 	ReasonErrors = "FilesystemErrors"
 )
 
+// Fact is the name a staged volume's filesystem health is kept under in
+// the node model's facts (pkg/model): the loop writes it each tick, the
+// health RPCs read it.
+const Fact = "filesystem"
+
 // Runbook anchors in docs/operations.md, named in every message.
 const (
 	runbookReadOnly = "docs/operations.md#pathmendfilesystemreadonly"

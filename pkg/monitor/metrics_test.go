@@ -78,11 +78,9 @@ func grep(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// stagedFunc adapts a function to StagedDevicer.
-type stagedFunc func([]volume.Record) map[string]volume.StagedDevice
-
-func (f stagedFunc) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
-	return f(recs), nil
+// stagedFunc adapts a function that cannot fail to a StagedDevicer.
+func stagedFunc(f func([]volume.Record) map[string]volume.StagedDevice) StagedDevicer {
+	return func(recs []volume.Record) (map[string]volume.StagedDevice, error) { return f(recs), nil }
 }
 
 // Every staged volume has a pathmend_volume_staged_device_replaced
@@ -132,11 +130,10 @@ func TestTick_StagedDeviceReplacedMetric(t *testing.T) {
 	}
 }
 
-// filesystemsFunc adapts a function to FilesystemReader.
-type filesystemsFunc func([]volume.Record) map[string]fshealth.Health
-
-func (f filesystemsFunc) FilesystemHealth(recs []volume.Record) (map[string]fshealth.Health, error) {
-	return f(recs), nil
+// filesystemsFunc adapts a function that cannot fail to a
+// FilesystemReader.
+func filesystemsFunc(f func([]volume.Record) map[string]fshealth.Health) FilesystemReader {
+	return func(recs []volume.Record) (map[string]fshealth.Health, error) { return f(recs), nil }
 }
 
 // Every staged filesystem volume has one pathmend_volume_filesystem_state
