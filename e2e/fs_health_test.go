@@ -401,12 +401,13 @@ func outageThenRestage(t *testing.T, fsType, reason, state string, port int) {
 	if fsType == "ext4" && !regexp.MustCompile(`after \d+ errors? \(the first at 20\d\d-\d\d-\d\dT`).MatchString(msg) {
 		t.Errorf("health message names no error count and first error time: %s", msg)
 	}
-	// Never HEALTHY until restaged: ten more reads over five seconds.
-	for range 10 {
+	// Never HEALTHY until restaged: read again after each of the next
+	// five monitor ticks.
+	for i := range 5 {
+		waitTicks(t, logPath, time.Now(), 1)
 		if hs, _ := vol.health(t); len(hs) != 1 || hs[0] != "INACCESSIBLE "+reason {
-			t.Fatalf("vol-fs with the paths back, not restaged: %v", hs)
+			t.Fatalf("vol-fs with the paths back, not restaged, after %d more ticks: %v", i+1, hs)
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
 	if got := metricState(t, metrics, vol.id); got != state {
 		t.Errorf("metric state of vol-fs = %q, want %s", got, state)
@@ -608,7 +609,7 @@ func TestFilesystem_NoRPCWaitsWhenEveryPathIsDown(t *testing.T) {
 	l.teardownAll(t)
 	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-fs-nohang"
 	fsTarget(t, l, nqn, 256, "ext4")
-	conn := startPathmend(t, l, "lab-node", "--heal=repair", "--monitor-interval=1s")
+	conn, logPath := startPathmendLog(t, l, "lab-node", "--heal=repair", "--monitor-interval=1s")
 	node := csi.NewNodeClient(conn)
 	vol := stageFS(t, node, "vol-nohang", "ext4", twoPathContext(nqn, 1))
 	vol.publish(t)
@@ -618,6 +619,9 @@ func TestFilesystem_NoRPCWaitsWhenEveryPathIsDown(t *testing.T) {
 	}
 	down := portsDown(t, l, nqn)
 	t.Logf("both ports away; controllers connecting after %s", time.Since(down).Round(100*time.Millisecond))
+	// Two monitor ticks: the node model has seen every path down (since
+	// when, for the messages).
+	waitTicks(t, logPath, time.Now(), 2)
 
 	took, err := timedRPC(func(ctx context.Context) error {
 		_, err := node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.id, TargetPath: vol.target})
@@ -635,19 +639,20 @@ func TestFilesystem_NoRPCWaitsWhenEveryPathIsDown(t *testing.T) {
 		{"NodeUnstageVolume", func(ctx context.Context) error {
 			_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.id, StagingTargetPath: vol.staging})
 			return err
-		}, []string{"no path is live", "mounted read-write at " + vol.staging, "an unmount would wait in the kernel", "Nothing was started", "docs/operations.md#every-path-of-a-volume-is-down"}},
+		}, []string{"every path is down since 20", "mounted read-write at " + vol.staging, "not yet written", "an unmount would wait in the kernel",
+			"until a path returns or NVMe fast_io_fail_tmo (600 s) expires at 20", "Nothing was started", "docs/operations.md#every-path-of-a-volume-is-down"}},
 		{"NodeGetVolumeStats", func(ctx context.Context) error {
 			_, err := node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: vol.id, VolumePath: vol.staging})
 			return err
-		}, []string{"no path is live", "a statfs would wait"}},
+		}, []string{"every path is down since 20", "a statfs would wait"}},
 		{"NodeExpandVolume", func(ctx context.Context) error {
 			_, err := node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.id, VolumePath: vol.staging})
 			return err
-		}, []string{"no path is live", "a grow of the filesystem would wait"}},
+		}, []string{"every path is down since 20", "a grow of the filesystem would wait"}},
 		{"NodeUnstageVolume (retry)", func(ctx context.Context) error {
 			_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.id, StagingTargetPath: vol.staging})
 			return err
-		}, []string{"no path is live"}},
+		}, []string{"every path is down since 20"}},
 	}
 	for _, c := range calls {
 		took, err := timedRPC(c.call)
@@ -704,4 +709,108 @@ func TestFilesystem_NoRPCWaitsWhenEveryPathIsDown(t *testing.T) {
 	if _, _, err := mountEntry(vol.staging); err == nil {
 		t.Errorf("the staging mount is still there after the unstage")
 	}
+}
+
+// TestFilesystem_TheUnstageStartsOnceTheKernelStopsQueueing (issue 28,
+// 5): an ext4 NVMe volume with fastIOFailTmo 20 s, data synced and 8 MiB
+// not, both target ports gone. NodeUnstage answers Unavailable within
+// seconds naming when the kernel stops queueing (fast_io_fail_tmo's
+// expiry, from when pathmend saw the paths down); once the kernel says
+// "failfast expired" on both controllers, it fails the volume's I/O at
+// once, so an unmount cannot wait any more: the next NodeUnstage starts
+// it and completes within seconds, the paths still gone (the unsynced
+// data is lost, as the message said it would be). With the ports back
+// the next NodeStage checks the filesystem (fsck -p) and mounts it, and
+// the synced data reads back.
+func TestFilesystem_TheUnstageStartsOnceTheKernelStopsQueueing(t *testing.T) {
+	l := needLab(t)
+	l.teardownAll(t)
+	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-fs-failfast"
+	fsTarget(t, l, nqn, 256, "ext4")
+	conn, logPath := startPathmendLog(t, l, "lab-node", "--heal=repair", "--monitor-interval=1s")
+	node := csi.NewNodeClient(conn)
+	vol := stageFS(t, node, "vol-failfast", "ext4", twoPathContext(nqn, 1, "fastIOFailTmo", "20", "reconnectDelay", "2"))
+	vol.publish(t)
+	synced := bytes.Repeat([]byte("synced before the outage\n"), 1<<15)
+	if err := writeSync(filepath.Join(vol.target, "synced"), synced); err != nil {
+		t.Fatal(err)
+	}
+	unsynced := bytes.Repeat([]byte("8 MiB not yet synced\n"), (8<<20)/21)
+	if err := os.WriteFile(filepath.Join(vol.target, "unsynced"), unsynced, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vol.unpublish(t)
+
+	cursor := kernelCursor(t)
+	down := portsDown(t, l, nqn)
+	waitTicks(t, logPath, time.Now(), 2)
+	unstage := func(ctx context.Context) error {
+		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.id, StagingTargetPath: vol.staging})
+		return err
+	}
+	took, err := timedRPC(unstage)
+	st := status.Convert(err)
+	t.Logf("timing: NodeUnstageVolume with every path down, the kernel queueing: %s, %s: %s", took.Round(time.Millisecond), st.Code(), st.Message())
+	if st.Code() != codes.Unavailable {
+		t.Fatalf("NodeUnstageVolume with every path down: %v, want Unavailable", err)
+	}
+	m := regexp.MustCompile(`NVMe fast_io_fail_tmo \(20 s\) expires at (\S+)\. `).FindStringSubmatch(st.Message())
+	if m == nil {
+		t.Fatalf("the answer names no expiry of fast_io_fail_tmo: %s", st.Message())
+	}
+	expires, err := time.Parse(time.RFC3339, m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's own word for the end of the queueing, on each
+	// controller.
+	for _, c := range controllersOf(t, nqn) {
+		at := kernelEvent(t, cursor, c+" failfast expired", c, "failfast expired")
+		t.Logf("%s: failfast expired %s after the ports went away (pathmend said %s)", c, at.Sub(down).Round(100*time.Millisecond), expires.Sub(down).Round(time.Second))
+		if at.After(expires.Add(time.Second)) {
+			t.Errorf("the kernel stopped queueing on %s at %s, after the %s pathmend named", c, at.Format(time.RFC3339), m[1])
+		}
+	}
+	// pathmend starts the unmount one health bound after the expiry it
+	// computed: until then it answers as before; then it completes.
+	var calls, slowest time.Duration
+	n := 0
+	eventually(t, 2*time.Minute, "NodeUnstageVolume to complete once the kernel fails the I/O", func() bool {
+		took, err := timedRPC(unstage)
+		n++
+		calls += took
+		slowest = max(slowest, took)
+		if err != nil && status.Code(err) != codes.Unavailable {
+			t.Fatalf("NodeUnstageVolume after failfast: %v", err)
+		}
+		return err == nil
+	})
+	t.Logf("timing: NodeUnstageVolume past the expiry: completed on try %d, %s after the ports went away; slowest answer %s, mean %s",
+		n, time.Since(down).Round(100*time.Millisecond), slowest.Round(time.Millisecond), (calls / time.Duration(n)).Round(time.Millisecond))
+	if slowest > 30*time.Second {
+		t.Errorf("a NodeUnstageVolume took %s", slowest)
+	}
+	if _, _, err := mountEntry(vol.staging); err == nil {
+		t.Errorf("the staging mount is still there after the unstage")
+	}
+
+	portsUp(t, l, nqn)
+	vol.stage(t)
+	vol.publish(t)
+	if b, err := os.ReadFile(filepath.Join(vol.target, "synced")); err != nil || !bytes.Equal(b, synced) {
+		t.Errorf("the data synced before the outage: %d bytes read back, %v", len(b), err)
+	}
+	if b, err := os.ReadFile(filepath.Join(vol.target, "unsynced")); err == nil {
+		t.Logf("the 8 MiB not synced: %d of %d bytes read back (given up when the kernel failed the queued I/O)", len(b), len(unsynced))
+	}
+	if err := writeSync(filepath.Join(vol.target, "after"), []byte("writable")); err != nil {
+		t.Errorf("a write after the restage: %v", err)
+	}
+	for _, ln := range readLog(t, logPath) {
+		if strings.HasPrefix(ln.Msg, "Filesystem check") || strings.HasPrefix(ln.Msg, "Filesystem records errors") || strings.HasPrefix(ln.Msg, "No path is live, but the kernel") {
+			t.Logf("pathmend: %s", ln.Raw)
+		}
+	}
+	vol.unpublish(t)
+	vol.unstage(t)
 }
