@@ -59,7 +59,8 @@ var paths = []path{
 // allows: well inside each group's queueing window (subsystem B's
 // controllers give up after 30 s, and with them its namespace's head).
 // Subsystem C queues for fcQueue only (fast_io_fail_tmo): only the
-// filesystem-error fault takes every path of it down, for longer.
+// filesystem-error fault touches it, taking every path of it down for
+// longer.
 var groups = []plan.Group{
 	{ID: "nvme-a", Window: 60 * time.Second},
 	{ID: "nvme-b", Window: 15 * time.Second, CtrlLoss: 30 * time.Second},

@@ -6,8 +6,9 @@
 //
 // The planner keeps two rules (which filesystem-error breaks on purpose,
 // alone on its group: it holds every path of a group down past the
-// group's queueing window, and no other fault touches the group
-// meanwhile). A path, a volume and pathmend itself are
+// group's queueing window; such a group takes no other fault, and its
+// faults are drawn on a stream of their own, so that a seed's schedule of
+// the other kinds does not depend on them). A path, a volume and pathmend itself are
 // resources: two faults never hold one at once (a path is held from the
 // fault until it can be back). And the time every path of a group is down
 // at once, counting how long each path needs to come back after its fault
@@ -20,6 +21,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -85,6 +87,7 @@ type Group struct {
 	CtrlLoss time.Duration `json:"ctrlLoss,omitempty"`
 	// FSQueue is the group's queueing window when FilesystemError may hit
 	// it: the fault holds every path down longer than that, past Window.
+	// Such a group takes no fault of another kind.
 	FSQueue time.Duration `json:"fsQueue,omitempty"`
 }
 
@@ -215,22 +218,48 @@ func Make(seed uint64, d time.Duration, topo Topology, o Options) Plan {
 	if len(o.Only) > 0 {
 		kinds = o.Only
 	}
-	total := 0
+	// The kinds that take a whole group (filesystem-error) are drawn on
+	// streams of their own, after the others, on groups no other kind
+	// touches (state.targets): adding such a kind, or its group, leaves a
+	// seed's schedule of every other kind as it was, so CI's fixed seed
+	// keeps its history.
+	var shared, own []Kind
+	total, all := 0, 0
 	for _, k := range kinds {
-		total += specs[k].weight
-	}
-	if total == 0 {
-		return p
-	}
-	for at := gap(r, o); at < d; at += gap(r, o) {
-		k := pickKind(r, kinds, total)
-		f, ok := st.place(r, k, at, o)
-		if !ok {
-			p.Skipped[k]++
+		all += specs[k].weight
+		if specs[k].target == "group" {
+			own = append(own, k)
 			continue
 		}
-		p.Faults = append(p.Faults, f)
+		shared = append(shared, k)
+		total += specs[k].weight
 	}
+	if total > 0 {
+		for at := gap(r, o); at < d; at += gap(r, o) {
+			k := pickKind(r, shared, total)
+			f, ok := st.place(r, k, at, o)
+			if !ok {
+				p.Skipped[k]++
+				continue
+			}
+			p.Faults = append(p.Faults, f)
+		}
+	}
+	for i, k := range own {
+		// As often as its weight would have drawn it among all kinds.
+		ko := o
+		ko.MeanGap = o.MeanGap * time.Duration(all) / time.Duration(specs[k].weight)
+		kr := rand.New(rand.NewPCG(seed, 0x67726f7570+uint64(i)))
+		for at := gap(kr, ko); at < d; at += gap(kr, ko) {
+			f, ok := st.place(kr, k, at, o)
+			if !ok {
+				p.Skipped[k]++
+				continue
+			}
+			p.Faults = append(p.Faults, f)
+		}
+	}
+	slices.SortStableFunc(p.Faults, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
 	for i := range p.Faults {
 		p.Faults[i].ID = i + 1
 	}
@@ -290,9 +319,15 @@ type target struct {
 func (s *state) targets(k Kind) []target {
 	sp := specs[k]
 	var out []target
+	// A group kept for a kind that takes the whole group (FSQueue) takes
+	// no other fault: see Make.
+	kept := func(g Group) bool { return sp.target != "group" && g.FSQueue > 0 }
 	switch sp.target {
 	case "path":
 		for _, g := range s.topo.Groups {
+			if kept(g) {
+				continue
+			}
 			for _, p := range g.Paths {
 				if sp.eligible(g, p, Volume{}) {
 					out = append(out, target{g: g, p: p})
@@ -302,6 +337,9 @@ func (s *state) targets(k Kind) []target {
 	case "volume":
 		for _, v := range s.topo.Volumes {
 			g := s.group(v.Group)
+			if kept(g) {
+				continue
+			}
 			if sp.eligible(g, Path{}, v) {
 				out = append(out, target{g: g, v: v})
 			}

@@ -161,6 +161,51 @@ func TestMake_OnlyRestrictsTheCatalogue(t *testing.T) {
 	}
 }
 
+// A kind that takes a whole group is drawn on a stream of its own, on a
+// group no other kind touches: a seed's schedule of every other kind is
+// the same with it as without it and its group (CI's fixed seed keeps its
+// history when the catalogue grows that way).
+func TestMake_AGroupKindLeavesTheOthersScheduleAsItWas(t *testing.T) {
+	with := labTopology()
+	without := labTopology()
+	without.Groups = without.Groups[:3]
+	without.Volumes = without.Volumes[:4]
+	var others []Kind
+	for _, k := range Kinds {
+		if k != FilesystemError {
+			others = append(others, k)
+		}
+	}
+	drawn := 0
+	for seed := range uint64(100) {
+		a := Make(seed, 10*time.Minute, with, DefaultOptions)
+		o := DefaultOptions
+		o.Only = others
+		b := Make(seed, 10*time.Minute, without, o)
+		var rest []Fault
+		for _, f := range a.Faults {
+			if f.Kind == FilesystemError {
+				drawn++
+				continue
+			}
+			if f.Path == "c-opt" || f.Path == "c-nonopt" || f.Volume == "vol-c" {
+				t.Fatalf("seed %d: %s on the filesystem-error group", seed, f)
+			}
+			f.ID = 0
+			rest = append(rest, f)
+		}
+		for i := range b.Faults {
+			b.Faults[i].ID = 0
+		}
+		if d := cmp.Diff(b.Faults, rest); d != "" {
+			t.Fatalf("seed %d: the other kinds' schedule moved (-without +with):\n%s", seed, d)
+		}
+	}
+	if drawn == 0 {
+		t.Fatal("no filesystem-error drawn over 100 seeds")
+	}
+}
+
 func TestIntervals(t *testing.T) {
 	s := time.Second
 	u := union([]interval{{5 * s, 8 * s}, {0, 2 * s}, {1 * s, 3 * s}, {8 * s, 9 * s}})
