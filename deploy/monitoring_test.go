@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pathmend/pathmend/internal/testneed"
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/metrics"
 )
@@ -95,6 +96,11 @@ func pathmendMetrics(t *testing.T) map[string]metricFamily {
 	m := metrics.New()
 	m.SetVolumePaths("pv-1", "nvme-tcp", 2, 1, 1)
 	m.SetStagedDeviceReplaced("pv-1", "nvme-tcp", true)
+	states := make([]string, len(fshealth.States))
+	for i, st := range fshealth.States {
+		states[i] = string(st)
+	}
+	m.SetFilesystemState("pv-1", string(fshealth.ReadOnly), states)
 	m.SetDefects("nvme-tcp", map[heal.Kind]int{heal.NoNamespace: 1})
 	var outs []heal.Outcome
 	for _, v := range []heal.Verdict{heal.Repaired, heal.Observed, heal.Deferred, heal.Refused, heal.Failed} {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/blockuse"
 	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/nvme"
@@ -47,13 +48,14 @@ func diagnoseCommand() *command {
 		description: `Read the node's NVMe and iSCSI state from sysfs once and print it: NVMe
 subsystems, controllers, namespaces and ANA legs; iSCSI sessions, LUNs, disks
 and multipath maps; the staged volumes; and every defect the monitor would
-see, a staged volume whose mount is on a device the kernel replaced
-included. --plan adds what the heal policy would do right now, as a dry run.
+see, a staged volume whose mount is on a device the kernel replaced and a
+staged filesystem that is read-only after errors, shut down or recording
+errors included. --plan adds what the heal policy would do right now, as a dry run.
 diagnose only reads: it writes nothing, connects nothing and starts no
 process, so it is safe on a production node. The JSON schema is in
 docs/diagnose.md.`,
 		groups: []flagGroup{
-			{"Report flags", []string{"sys-root", "state-dir", "mountinfo", "json"}},
+			{"Report flags", []string{"sys-root", "state-dir", "mountinfo", "proc-root", "json"}},
 			{"Plan flags (a dry run: no action, ever)", []string{"plan", "heal-grace", "heal-max-scope", "heal-iscsi-scope", "iscsi-stuck-threshold"}},
 		},
 		exitCodes: []exitCode{
@@ -76,6 +78,7 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	fl := c.newFlagSet()
 	sysRoot := fl.String("sys-root", "/sys", "root of the sysfs tree to read; must hold class/ and devices/")
 	stateDir := fl.String("state-dir", "/var/lib/pathmend", "directory of the staged-volume records (empty: none)")
+	procRoot := fl.String("proc-root", "/proc", "procfs root ext4's options are read under, for the health of staged filesystems")
 	mountInfo := fl.String("mountinfo", "/proc/self/mountinfo", "mount table with device numbers, to tell whether staged volumes are still on their devices and, with --plan, whether an iSCSI LUN is in use (from a container: the host's, /proc/1/mountinfo; empty: do not check, every LUN of a target no staged volume uses counts as in use)")
 	asJSON := fl.Bool("json", false, "print the report as JSON (docs/diagnose.md)")
 	plan := fl.Bool("plan", false, "also show what the heal policy would do right now (a dry run: no action, ever)")
@@ -145,6 +148,9 @@ func diagnose(args []string, stdout, stderr io.Writer, now func() time.Time) int
 		var staged []heal.Defect
 		staged, stagedPlan = stagedDeviceDefects(context.Background(), sys, h, snap, records, driver.MountsOf(infos))
 		rep.Defects = append(rep.Defects, staged...)
+		fsDefects, fsPlan := filesystemDefects(fshealth.New(sys, *procRoot, nil), records, infos)
+		rep.Defects = append(rep.Defects, fsDefects...)
+		stagedPlan = append(stagedPlan, fsPlan...)
 	}
 	rep.Healthy = len(rep.Defects) == 0 && len(rep.Unreadable) == 0
 	rep.addLearned(learned)

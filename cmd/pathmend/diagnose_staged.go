@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	mount "k8s.io/mount-utils"
+
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/nvme"
@@ -64,4 +67,32 @@ func devicesString(ds []volume.BlockDevice) string {
 		s += d.String()
 	}
 	return s
+}
+
+// filesystemDefects reads the health of each staged filesystem volume's
+// filesystem (pkg/fshealth, as the monitor does every tick) and returns a
+// defect, kind FilesystemReadOnly, FilesystemShutdown or FilesystemErrors,
+// with its plan entry, for each that is not healthy. pathmend repairs none
+// of them in place: the pods must be restarted, and the next NodeStage
+// checks the filesystem before it mounts it.
+func filesystemDefects(r *fshealth.Reader, recs []volume.Record, infos []mount.MountInfo) ([]heal.Defect, []planRep) {
+	var defects []heal.Defect
+	var plan []planRep
+	for _, rec := range recs {
+		if rec.State != volume.StateStaged || rec.AccessType != volume.AccessMount {
+			continue
+		}
+		h := r.Check(rec, infos)
+		if !h.Abnormal() {
+			continue
+		}
+		c := h.Condition()
+		d := heal.Defect{Kind: heal.Kind(c.Reason), Scope: heal.ScopeController, Key: rec.VolumeID,
+			Subject:  fmt.Sprintf("volume %s: %s", rec.VolumeID, h.Summary()),
+			Teardown: []heal.Path{}, Volumes: []string{rec.VolumeID}, Detail: c.Message}
+		defects = append(defects, d)
+		plan = append(plan, planRep{Kind: d.Kind, Scope: d.Scope, Key: d.Key, Verdict: heal.Refused,
+			Reason: "no automatic repair: pathmend never remounts a filesystem read-write in place; restart the pods that use the volume, and the next NodeStage checks it before mounting it"})
+	}
+	return defects, plan
 }

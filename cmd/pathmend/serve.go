@@ -14,6 +14,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/companion"
 	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/iscsi"
@@ -64,6 +65,10 @@ type serveConfig struct {
 
 	intentTimeout time.Duration
 
+	kernelCallTimeout time.Duration
+	xfsRepair         bool
+	procRoot          string
+
 	healForeign bool
 	foreign     companionFlags
 }
@@ -97,6 +102,9 @@ func defaultServeConfig() serveConfig {
 
 		intentTimeout: intent.DefaultTimeout,
 		foreign:       defaultCompanionFlags(),
+
+		kernelCallTimeout: driver.DefaultKernelCallTimeout,
+		procRoot:          "/proc",
 	}
 }
 
@@ -134,6 +142,9 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.healForeign, "heal-foreign", c.healForeign, "also heal the NVMe/TCP subsystems other drivers connected (companion mode's NVMe pass: learn, reconnect what the kernel gave up with --nvme-reconnect, repair with --nvme-repairs); iSCSI sessions of other drivers are --heal-iscsi-scope=all")
 	c.foreign.bindNVMe(fs)
 	fs.DurationVar(&c.intentTimeout, "intent-timeout", c.intentTimeout, "an attaching volume with no RPC in flight for this long, whose device nothing uses, is rolled back (detached, its record removed)")
+	fs.DurationVar(&c.kernelCallTimeout, "kernel-call-timeout", c.kernelCallTimeout, "how long an RPC waits for an unmount, statfs or filesystem grow that waits for the volume's I/O before it answers Aborted and leaves the call to finish in the kernel (nothing else is started on the volume meanwhile)")
+	fs.BoolVar(&c.xfsRepair, "xfs-repair", c.xfsRepair, "let NodeStage run xfs_repair (never -L) on an XFS that does not mount and that xfs_repair -n finds damaged, then mount it once more")
+	fs.StringVar(&c.procRoot, "proc-root", c.procRoot, "procfs root: ext4's options (fs/ext4/<dev>/options) and the node's unwritten-data counters (meminfo) are read under it")
 }
 
 // validate checks the flags that New does not see.
@@ -147,7 +158,7 @@ func (c serveConfig) validate() error {
 	}
 	for name, d := range map[string]time.Duration{"--shutdown-timeout": c.shutdownTimeout, "--monitor-interval": c.monitorInterval,
 		"--connect-timeout": c.connectTimeout, "--attach-timeout": c.attachTimeout, "--reconnect-backoff-max": c.backoffMax, "--heal-grace": c.healGrace, "--heal-cooldown": c.healCooldown,
-		"--intent-timeout": c.intentTimeout} {
+		"--intent-timeout": c.intentTimeout, "--kernel-call-timeout": c.kernelCallTimeout} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
@@ -271,17 +282,20 @@ func serve(ctx context.Context, c serveConfig) error {
 		HealMode:          mode,
 		DefaultFSType:     c.defaultFSType,
 		KubeletRoot:       c.kubeletRoot,
+		KernelCallTimeout: c.kernelCallTimeout,
+		XFSRepair:         c.xfsRepair,
 		HealthBound:       loop.Bound(),
 	}, driver.Deps{
-		SysFS:   sys,
-		Intents: owner,
-		Mounter: mounter,
-		Exec:    ex,
+		SysFS:       sys,
+		Filesystems: fshealth.New(sys, c.procRoot, nil),
+		Intents:     owner,
+		Mounter:     mounter,
+		Exec:        ex,
 		Attachers: map[volume.Transport]driver.Attacher{
 			volume.TransportNVMeTCP: nvmeAtt,
 			volume.TransportISCSI:   iscsiAtt,
 		},
-		Now:   clk.Now,
+		Clock: clk,
 		Model: ns.model,
 	})
 	if err != nil {
@@ -290,6 +304,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	mon, err := monitor.New(loop, monitor.Deps{
 		Intents: owner, Transports: []monitor.Transport{nvmeTr, iscsiTr}, Model: ns.model, Policy: policy,
 		Reconciler: reconciler, Metrics: m, Clock: clk, SysFS: sys, Staged: d.StagedDevices,
+		Filesystems: d.FilesystemHealth,
 	})
 	if err != nil {
 		return err

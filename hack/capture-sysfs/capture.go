@@ -91,6 +91,9 @@ func capture(root string, now time.Time) (*sysfstest.Fixture, error) {
 			return nil, err
 		}
 	}
+	if err := c.filesystems(); err != nil {
+		return nil, err
+	}
 	for _, a := range singleAttrs {
 		if _, err := os.Lstat(c.full(a)); errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -356,4 +359,51 @@ func readDirNames(dir string) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// fsRoots are the per-device filesystem directories pathmend reads, for
+// every captured block device that has one: ext4's error record and
+// counters, XFS's error configuration, log and stats.
+var fsRoots = []string{"fs/ext4", "fs/xfs"}
+
+// filesystems captures, for every block device the class roots captured
+// (block/<dev>), the dev/block/<major:minor> link that names it by number
+// and the filesystem directories of a mounted filesystem on it.
+func (c *capturer) filesystems() error {
+	names, err := readDirNames(c.full("block"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if _, ok := c.entries["block/"+name]; !ok {
+			continue
+		}
+		if num, err := os.ReadFile(c.full("block/" + name + "/dev")); err == nil {
+			rel := "dev/block/" + strings.TrimSpace(string(num))
+			if _, err := os.Lstat(c.full(rel)); err == nil {
+				if err := c.ancestors(rel); err != nil {
+					return err
+				}
+				if _, err := c.link(rel); err != nil {
+					return err
+				}
+			}
+		}
+		for _, root := range fsRoots {
+			rel := root + "/" + name
+			if _, err := os.Lstat(c.full(rel)); err != nil {
+				continue
+			}
+			if err := c.ancestors(rel); err != nil {
+				return err
+			}
+			if err := c.walk(rel, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -12,6 +12,9 @@
 //     namespace heads and multipath/ links, the iSCSI host and session
 //     devices with the session → target → LUN → block/sdX walk, dm-N with
 //     dm/, slaves/ and holders/);
+//   - for every captured block device, the dev/block/<major:minor> link
+//     that names it by number, and fs/ext4/<dev> and fs/xfs/<dev> when a
+//     filesystem on it is mounted;
 //   - module/nvme_core/parameters/multipath.
 //
 // Below a followed device, power/, queue/, mq/, trace/, integrity/,

@@ -140,7 +140,7 @@ func (s *sim) start() *process {
 			SysFS: s.kernel.FS(), Intents: p.owner, Exec: tools,
 			Mounter:   &mount.SafeFormatAndMount{Interface: p.mounter, Exec: tools},
 			Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: nvmeAtt, volume.TransportISCSI: p.iscsi},
-			Now:       s.clk.Now,
+			Clock:     s.clk,
 			Model:     p.model,
 		})
 	if err != nil {

@@ -47,6 +47,27 @@
 // the whole node, and leaves the model to the loop. NodeGetStorageHealth
 // adds the node's conditions from the model.
 //
+// Filesystem health (pkg/fshealth) is a fact of the volume's entry: the
+// loop reads every staged filesystem each tick through FilesystemHealth
+// (the mount table once) and writes the abnormal ones (read-only after
+// errors, shut down, errors recorded), which NodeGetVolumeHealth reports
+// as an entry of its own, NodeGetStorageHealth counts per node and
+// NodeGetVolumeStats answers FailedPrecondition for. A fact read before
+// the volume was staged as it is now is not its answer. pathmend never
+// remounts a damaged filesystem read-write in place: NodeStage (and
+// NodePublish, when no pod holds the volume) unmounts it, checks it
+// (fscheck.go: ext fsck -p before every read-write mount of an existing
+// filesystem, failing the stage on errors left; XFS by its mount, with
+// xfs_repair only under Config.XFSRepair) and mounts it again.
+//
+// No RPC waits in the kernel for a path (stall.go, kernel_calls.go): a
+// call that would write to a read-write filesystem with no live path (an
+// unmount, a statfs, a grow) is not started — the RPC answers Unavailable
+// naming since when every path is down, the unwritten data and when the
+// kernel stops queueing — and one that still blocks (a path lost during
+// it) is waited for at most Config.KernelCallTimeout, then answered
+// Aborted with the volume busy until it returns.
+//
 // Invariants: every argument is validated before the host is touched; a
 // request over a CSI limit reaches no handler; a failed NodeStage removes
 // what it created and nothing that existed before it (or keeps its

@@ -9,8 +9,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	mount "k8s.io/mount-utils"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/exec"
 
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/model"
@@ -48,7 +50,21 @@ type Config struct {
 	// kubelet's root directory, /var/lib/kubelet by default. Empty
 	// accepts any absolute path.
 	KubeletRoot string
+	// KernelCallTimeout bounds how long an RPC waits for a call into the
+	// kernel that waits for a volume's I/O (an unmount, a statfs, a
+	// filesystem grow) before it answers Aborted and leaves the call to
+	// finish on its own; DefaultKernelCallTimeout when zero.
+	KernelCallTimeout time.Duration
+	// XFSRepair lets NodeStage run xfs_repair (never with -L) on an XFS
+	// whose mount failed because its metadata needs repair, then mount
+	// once more. Off by default: a repair changes the filesystem, and
+	// whether to run it is the operator's call.
+	XFSRepair bool
 }
+
+// DefaultKernelCallTimeout is the default Config.KernelCallTimeout:
+// seconds, not the minutes a flush to a device without a path can take.
+const DefaultKernelCallTimeout = 10 * time.Second
 
 // Deps are the OS seams the driver works through. main builds each exactly
 // once; tests pass real ones rooted in temp dirs.
@@ -65,8 +81,11 @@ type Deps struct {
 	Exec exec.Interface
 	// Attachers maps every transport the parser knows to its Attacher.
 	Attachers map[volume.Transport]Attacher
-	// Now is the clock; time.Now in production.
-	Now func() time.Time
+	// Clock is the clock; clock.RealClock in production.
+	Clock clock.Clock
+	// Filesystems reads the health of staged filesystems (ext4's error
+	// record, XFS's shutdown); one over SysFS, /proc and stat(2) when nil.
+	Filesystems *fshealth.Reader
 	// MountInfo reads the mount table with each mount's device number;
 	// /proc/self/mountinfo when nil.
 	MountInfo func() ([]mount.MountInfo, error)
@@ -87,6 +106,9 @@ type Driver struct {
 	cfg   Config
 	deps  Deps
 	locks *volumeLocks
+	// calls are the kernel calls that may wait for a volume's I/O, at
+	// most one per volume, each waited for at most KernelCallTimeout.
+	calls *kernelCalls
 }
 
 var (
@@ -152,8 +174,17 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		}
 		cfg.KubeletRoot = filepath.Clean(cfg.KubeletRoot)
 	}
-	if deps.Now == nil {
-		deps.Now = time.Now
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	if deps.Filesystems == nil && deps.SysFS.Root() != "" {
+		deps.Filesystems = fshealth.New(deps.SysFS, "/proc", nil)
+	}
+	if cfg.KernelCallTimeout < 0 {
+		errs = append(errs, fmt.Errorf("kernel call timeout %s is negative", cfg.KernelCallTimeout))
+	}
+	if cfg.KernelCallTimeout == 0 {
+		cfg.KernelCallTimeout = DefaultKernelCallTimeout
 	}
 	if deps.MountInfo == nil {
 		deps.MountInfo = defaultMountInfo
@@ -161,7 +192,8 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Driver{cfg: cfg, deps: deps, locks: &volumeLocks{owner: deps.Intents}}, nil
+	calls := newKernelCalls(deps.Clock, cfg.KernelCallTimeout)
+	return &Driver{cfg: cfg, deps: deps, locks: &volumeLocks{owner: deps.Intents, calls: calls}, calls: calls}, nil
 }
 
 // attacher returns the Attacher of transport t.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	mount "k8s.io/mount-utils"
+	clocktesting "k8s.io/utils/clock/testing"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/internal/looptest"
@@ -66,6 +67,13 @@ func ownerOf(t *testing.T, store *volume.Store) *intent.Owner {
 
 func newTestEnv(t *testing.T, dir, defaultFS string) *testEnv {
 	t.Helper()
+	return newTestEnvOn(t, dir, defaultFS, sysfs.New(t.TempDir()))
+}
+
+// newTestEnvOn is newTestEnv reading sys: the node's /sys for a test
+// that needs the kernel's view of its loop devices and filesystems.
+func newTestEnvOn(t *testing.T, dir, defaultFS string, sys sysfs.FS) *testEnv {
+	t.Helper()
 	store, err := volume.NewStore(filepath.Join(dir, "state"))
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +86,7 @@ func newTestEnv(t *testing.T, dir, defaultFS string) *testEnv {
 	m := mount.NewSafeFormatAndMount(mount.New(""), ex)
 	att := looptest.NewAttacher()
 	d, err := driver.New(testConfig(defaultFS), driver.Deps{
-		SysFS:   sysfs.New(t.TempDir()),
+		SysFS:   sys,
 		Intents: ownerOf(t, store),
 		Mounter: m,
 		Exec:    ex,
@@ -221,7 +229,7 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 			volume.TransportNVMeTCP: fa,
 			volume.TransportISCSI:   fa,
 		},
-		Now: func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) },
+		Clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
 	})
 	if err != nil {
 		t.Fatal(err)

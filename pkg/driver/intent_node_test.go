@@ -164,7 +164,7 @@ func (n *node) start() {
 			volume.TransportNVMeTCP: n.nvmeAtt,
 			volume.TransportISCSI:   n.iscsiAtt,
 		},
-		Now: n.clk.Now,
+		Clock: n.clk,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	mount "k8s.io/mount-utils"
 
 	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsiheal"
 	"github.com/pathmend/pathmend/pkg/model"
@@ -29,12 +31,16 @@ type looped struct {
 	mon   *monitor.Monitor
 	drv   *driver.Driver
 	bound time.Duration
+	// fs is what the loop's read of the staged filesystems finds, by
+	// volume ID (the driver's own read finds no filesystem: the mounts
+	// are fake).
+	fs map[string]fshealth.Health
 }
 
 func newLooped(t *testing.T) *looped {
 	t.Helper()
 	n := newNode(t)
-	l := &looped{node: n, model: model.New()}
+	l := &looped{node: n, model: model.New(), fs: map[string]fshealth.Health{}}
 	nvmeTr, err := nvmeheal.New(nvmeheal.Config{Owned: true}, nvmeheal.Deps{
 		SysFS: n.kernel.FS(), Policy: n.policy, Connector: n.kernel, Host: testHost, Clock: n.clk, Prober: reachableProber{},
 	})
@@ -58,13 +64,22 @@ func newLooped(t *testing.T) *looped {
 		SysFS: n.kernel.FS(), Intents: n.owner, Exec: ex,
 		Mounter:   &mount.SafeFormatAndMount{Interface: n.mnt, Exec: ex},
 		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: n.nvmeAtt, volume.TransportISCSI: n.iscsiAtt},
-		Now:       n.clk.Now, Model: l.model,
+		Clock:     n.clk, Model: l.model,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.mon, err = monitor.New(loop, monitor.Deps{Intents: n.owner, Transports: []monitor.Transport{nvmeTr, iscsiTr}, Model: l.model,
-		Policy: n.policy, Clock: n.clk, SysFS: n.kernel.FS(), PathExists: func(string) bool { return true }})
+		Policy: n.policy, Clock: n.clk, SysFS: n.kernel.FS(), PathExists: func(string) bool { return true },
+		Filesystems: func(recs []volume.Record) (map[string]fshealth.Health, error) {
+			out := map[string]fshealth.Health{}
+			for _, r := range recs {
+				if h, ok := l.fs[r.VolumeID]; ok {
+					out[r.VolumeID] = h
+				}
+			}
+			return out, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,5 +236,88 @@ func TestHealth_AnEntryReadBeforeTheStagingIsAnotherStagings(t *testing.T) {
 	}
 	if hs := l.health(t, "pv-1"); len(hs) != 0 {
 		t.Errorf("health of a volume staged after its entry was read: %v, want its own (healthy)", hs)
+	}
+}
+
+// TestHealth_FilesystemFromTheLoop: the loop reads each staged
+// filesystem's health in its tick and writes it into the node model as
+// the volume's filesystem fact; within the bound NodeGetVolumeHealth,
+// NodeGetStorageHealth and NodeGetVolumeStats answer from it (the
+// driver's own read, which would find nothing here, is not made). A fact
+// read before the volume was staged as it is now (the filesystem the
+// restage checked) is not the new staging's, and a tick that reads it
+// healthy clears it.
+func TestHealth_FilesystemFromTheLoop(t *testing.T) {
+	l := newLooped(t)
+	ctx := context.Background()
+	if err := l.stage("pv-1", nvmeVolumeContext(1), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.stage("pv-2", nvmeVolumeContext(2), false); err != nil {
+		t.Fatal(err)
+	}
+	l.fs["pv-1"] = fshealth.Health{State: fshealth.ReadOnly, FSType: "ext4", Device: "nvme0n1", Errors: 3, Behavior: "remount-ro",
+		First: fshealth.ErrorRecord{Time: l.clk.Now().Add(-time.Minute)}, Detail: "errors=remount-ro"}
+	l.fs["pv-2"] = fshealth.Health{State: fshealth.Healthy, FSType: "ext4", Device: "nvme0n2"}
+	l.mon.Tick(ctx)
+	v, _ := l.model.Snapshot().Volume("pv-1")
+	if f, ok := v.Facts[fshealth.Fact]; !ok || f.Condition.Reason != fshealth.ReasonReadOnly {
+		t.Fatalf("pv-1's facts after the tick: %+v", v.Facts)
+	}
+	if v, _ := l.model.Snapshot().Volume("pv-2"); len(v.Facts) != 0 {
+		t.Errorf("a healthy filesystem has a fact: %+v", v.Facts)
+	}
+
+	hs := l.health(t, "pv-1")
+	if len(hs) != 1 || hs[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE || hs[0].GetReason() != fshealth.ReasonReadOnly ||
+		!strings.Contains(hs[0].GetMessage(), "ext4 on nvme0n1 is read-only after 3 errors") {
+		t.Fatalf("NodeGetVolumeHealth(pv-1): %v", hs)
+	}
+	if hs := l.health(t, "pv-2"); len(hs) != 0 {
+		t.Errorf("NodeGetVolumeHealth(pv-2), the co-tenant: %v", hs)
+	}
+	sh, err := l.drv.NodeGetStorageHealth(ctx, &csi.NodeGetStorageHealthRequest{})
+	if err != nil || !hasBackend(sh, csi.StorageHealthErrorType_STORAGE_UNREACHABLE, fshealth.ReasonReadOnly) ||
+		!strings.Contains(sh.String(), "the filesystem of 1 volume is read-only after errors, every write fails: pv-1;") {
+		t.Errorf("NodeGetStorageHealth: %v, %v", sh, err)
+	}
+	_, err = l.drv.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "pv-1", VolumePath: l.stagingPath("pv-1")})
+	wantCode(t, err, codes.FailedPrecondition)
+
+	// Restaged (StagedAt now later than the fact's read): not this
+	// staging's, before any tick.
+	rec, err := l.store.Get("pv-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.clk.Step(time.Second)
+	rec.StagedAt = l.clk.Now()
+	if err := l.store.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	// A tick after the restage reads the filesystem again: its fact is
+	// this staging's (still read-only in this read) …
+	l.mon.Tick(ctx)
+	if v, _ := l.model.Snapshot().Volume("pv-1"); v.Facts[fshealth.Fact].ReadAt.Before(rec.StagedAt) {
+		t.Fatalf("the tick after the restage did not read the filesystem again: %+v", v.Facts)
+	}
+	// … and a tick that reads it healthy clears it.
+	l.fs["pv-1"] = fshealth.Health{State: fshealth.Healthy, FSType: "ext4", Device: "nvme0n1"}
+	l.mon.Tick(ctx)
+	if hs := l.health(t, "pv-1"); len(hs) != 0 {
+		t.Errorf("NodeGetVolumeHealth(pv-1) after the restage and a healthy read: %v", hs)
+	}
+	if v, _ := l.model.Snapshot().Volume("pv-1"); len(v.Facts) != 0 {
+		t.Errorf("a healthy read left the fact: %+v", v.Facts)
+	}
+
+	// An old fact (read before the staging) is dropped by the RPC even
+	// while the entry is young.
+	old := l.clk.Now().Add(-time.Hour)
+	l.model.Update(func(tx *model.Txn) {
+		tx.SetFact("pv-1", fshealth.Fact, model.Fact{Condition: volume.Condition{Status: volume.Inaccessible, Reason: fshealth.ReasonReadOnly, Message: "an old staging's"}, ReadAt: old})
+	})
+	if hs := l.health(t, "pv-1"); len(hs) != 0 {
+		t.Errorf("a fact read before the staging answered: %v", hs)
 	}
 }

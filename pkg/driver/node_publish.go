@@ -92,6 +92,15 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		}
 	}
 
+	// A filesystem that takes no writes is checked and mounted again
+	// before a pod gets it, when no other pod holds it; while one does,
+	// this publish fails saying so.
+	if att, err := d.attacher(rec.Context.Transport); err == nil {
+		if err := d.remountDamaged(ctx, rec, att); err != nil {
+			return nil, err
+		}
+	}
+
 	if idx < 0 && len(rec.Publications) >= volume.MaxPublications {
 		return nil, resourceExhausted("volume %s is published at %d target paths, the most one volume may have on a node", volumeID, len(rec.Publications))
 	}
@@ -171,7 +180,12 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, internal(err, "read record of volume %s", volumeID)
 	}
 	recorded := hasRecord && slices.ContainsFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == target })
-	if err := d.releaseTarget(volumeID, rec, hasRecord, recorded, target); err != nil {
+	if hasRecord {
+		if err := d.unpublishStallCheck(ctx, rec, target); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.releaseTarget(ctx, volumeID, rec, hasRecord, recorded, target); err != nil {
 		return nil, err
 	}
 	if !hasRecord {
@@ -212,4 +226,23 @@ func hasContractKey(m map[string]string) bool {
 		}
 	}
 	return false
+}
+
+// unpublishStallCheck is stallCheck for the unmount of a publication. A
+// bind mount's unmount writes nothing while the filesystem stays mounted
+// elsewhere (the staging mount holds it), and a block publication binds
+// a device node: only the last mount of a filesystem can wait for its
+// device.
+func (d *Driver) unpublishStallCheck(ctx context.Context, rec volume.Record, target string) error {
+	if rec.AccessType != volume.AccessMount {
+		return nil
+	}
+	if mounted, err := isMountPoint(d.deps.Mounter, rec.StagingPath); err == nil && mounted {
+		return nil
+	}
+	att, err := d.attacher(rec.Context.Transport)
+	if err != nil {
+		return err
+	}
+	return d.stallCheckNow(ctx, rec, att, target, "an unmount")
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
@@ -93,8 +94,17 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 				}
 			}
 			if inPlace {
-				klog.V(4).InfoS("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
-				return &csi.NodeStageVolumeResponse{}, nil
+				// In place, but a filesystem that takes no writes is
+				// unmounted to be checked and mounted again (or the call
+				// fails while a publication holds it).
+				cleared, err := d.clearDamagedStaging(ctx, prev, att)
+				if err != nil {
+					return nil, err
+				}
+				if !cleared {
+					klog.V(4).InfoS("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
+					return &csi.NodeStageVolumeResponse{}, nil
+				}
 			}
 			// Recorded but no longer in place (a node reboot drops mounts
 			// and connections): stage it again; the record stays staged.
@@ -119,8 +129,14 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	// under the lease again.
 	fail := func(err error, mounted bool) error {
 		if mounted {
-			if uerr := d.deps.Mounter.Unmount(staging); uerr != nil {
+			if uerr := d.unmount(ctx, volumeID, staging); uerr != nil {
 				klog.ErrorS(uerr, "Rollback: unmount staging path failed", "volumeID", volumeID, "stagingPath", staging)
+				if d.calls.pendingError(volumeID) != nil {
+					// Still in the kernel: the device stays attached
+					// under its attaching record until the unmount
+					// returns; the reconciliation or a retry finishes.
+					return err
+				}
 			}
 		}
 		if !wasStaged {
@@ -158,7 +174,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 
 	want.State = volume.StateStaged
-	want.StagedAt = d.deps.Now().UTC()
+	want.StagedAt = d.deps.Clock.Now().UTC()
 	if err := d.deps.Intents.Update(want); err != nil {
 		return nil, fail(internal(err, "record staged volume %s", volumeID), mountedNow)
 	}
@@ -316,19 +332,54 @@ func (d *Driver) mountStaging(rec volume.Record) (mounted bool, err error) {
 		}
 		return false, nil
 	}
+	opts := stagingOptions(rec)
+	format, err := d.deps.Mounter.GetDiskFormat(rec.Device)
+	if err != nil {
+		return false, internal(err, "read the format of %s", rec.Device)
+	}
+	if format == "" {
+		// Blank: SafeFormatAndMount makes the filesystem and mounts it
+		// (and refuses a read-only stage of a blank device).
+		if err := d.deps.Mounter.FormatAndMount(rec.Device, rec.StagingPath, rec.FSType, opts); err != nil {
+			return false, internal(err, "format and mount %s at %s", rec.Device, rec.StagingPath)
+		}
+		return true, nil
+	}
+	// An existing filesystem is checked before a read-write mount, as
+	// SafeFormatAndMount does, but a check that fails stops the stage
+	// (fscheck.go).
+	if !rec.ReadOnly {
+		if err := d.checkFilesystem(rec, format); err != nil {
+			return false, err
+		}
+	}
+	if err := d.mountExisting(rec, format, opts); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// stagingOptions are the mount options of rec's staging mount: its mount
+// flags, ro for a read-only stage, nouuid for XFS (a clone carries its
+// source's UUID, and a second mount of one UUID on a node fails without
+// it), and errors=remount-ro for ext3 and ext4 unless the flags name an
+// errors= behaviour: mke2fs leaves "continue" in the superblock, and a
+// filesystem that found its metadata damaged must stop writing, not go on
+// (docs/operations.md#pathmendfilesystemreadonly).
+func stagingOptions(rec volume.Record) []string {
 	opts := slices.Clone(rec.MountFlags)
 	if rec.ReadOnly {
 		opts = append(opts, "ro")
 	}
-	if rec.FSType == "xfs" {
-		// A clone of an xfs volume carries the source's UUID; without
-		// nouuid the second mount of that UUID on one node fails.
+	switch rec.FSType {
+	case "xfs":
 		opts = append(opts, "nouuid")
+	case "ext3", "ext4":
+		if !slices.ContainsFunc(opts, func(o string) bool { return strings.HasPrefix(o, "errors=") }) {
+			opts = append(opts, "errors=remount-ro")
+		}
 	}
-	if err := d.deps.Mounter.FormatAndMount(rec.Device, rec.StagingPath, rec.FSType, opts); err != nil {
-		return false, internal(err, "format and mount %s at %s", rec.Device, rec.StagingPath)
-	}
-	return true, nil
+	return opts
 }
 
 // stagedInPlace reports whether a recorded volume is still staged: its
@@ -431,11 +482,16 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		}
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
-	if err := d.unmountAll(staging); err != nil {
-		return nil, err
-	}
 	att, err := d.attacher(rec.Context.Transport)
 	if err != nil {
+		return nil, err
+	}
+	// An unmount of a read-write filesystem with no live path would wait
+	// in the kernel for the paths (stall.go): decided before it starts.
+	if err := d.stallCheckNow(ctx, rec, att, staging, "an unmount"); err != nil {
+		return nil, err
+	}
+	if err := d.unmountAll(ctx, volumeID, staging); err != nil {
 		return nil, err
 	}
 	lease, err := d.deps.Intents.Lock(ctx, rec.Target(), "NodeUnstageVolume "+volumeID)
@@ -466,9 +522,10 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// unmountAll unmounts path until nothing is mounted there. A path that does
-// not exist is already unmounted.
-func (d *Driver) unmountAll(path string) error {
+// unmountAll unmounts path until nothing is mounted there, each unmount
+// a kernel call of volume volumeID (kernel_calls.go). A path that does not
+// exist is already unmounted.
+func (d *Driver) unmountAll(ctx context.Context, volumeID, path string) error {
 	for range maxUnmountLayers {
 		mounted, err := isMountPoint(d.deps.Mounter, path)
 		if err != nil {
@@ -477,8 +534,8 @@ func (d *Driver) unmountAll(path string) error {
 		if !mounted {
 			return nil
 		}
-		if err := d.deps.Mounter.Unmount(path); err != nil {
-			return internal(err, "unmount %s", path)
+		if err := d.unmount(ctx, volumeID, path); err != nil {
+			return err
 		}
 	}
 	return internal(nil, "%s still mounted after %d unmounts", path, maxUnmountLayers)
@@ -507,4 +564,17 @@ func sameFile(a, b string) bool {
 		return a == b
 	}
 	return ra == rb
+}
+
+// unmount unmounts the topmost mount at path as a kernel call of volume
+// volumeID: waited for at most the kernel-call bound, Aborted past it
+// (the unmount goes on in the kernel and the volume stays busy until it
+// returns).
+func (d *Driver) unmount(ctx context.Context, volumeID, path string) error {
+	return d.calls.run(ctx, volumeID, "the unmount of "+path, func() error {
+		if err := d.deps.Mounter.Unmount(path); err != nil {
+			return internal(err, "unmount %s", path)
+		}
+		return nil
+	})
 }

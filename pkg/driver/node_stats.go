@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -62,6 +63,10 @@ func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileIn
 	recorded := path == rec.StagingPath || slices.ContainsFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == path })
 	fi, err := os.Stat(path)
 	switch {
+	case recorded && errors.Is(err, syscall.EIO):
+		// A shut-down filesystem answers EIO to a stat of its root: the
+		// volume is there, and its filesystem's health says why.
+		return rec, nil, nil
 	case !recorded && (err != nil || !isVolumeDevice(rec, fi)):
 		return volume.Record{}, nil, notFound("volume %s is not staged or published at %s", volumeID, path)
 	case errors.Is(err, os.ErrNotExist):
@@ -108,13 +113,37 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, err
 	}
-	if c := d.volumeHealth(ctx, rec, &mountTable{}).Condition; c.Reason == volume.ReasonStagedDeviceReplaced {
+	v := d.volumeHealth(ctx, rec, &mountCache{})
+	if c := v.Condition; c.Reason == volume.ReasonStagedDeviceReplaced {
 		return nil, failedPrecondition("%s", c.Message)
 	}
+	// A filesystem that takes no writes, or none at all, has no usage a
+	// pod can count on: the answer says so (CSI v1.13 has no condition
+	// field in this response; kubelet logs the error).
+	if c, ok := filesystemFact(v); ok && (c.Reason == fshealth.ReasonReadOnly || c.Reason == fshealth.ReasonShutdown) {
+		return nil, failedPrecondition("volume %s: %s", volumeID, c.Message)
+	}
+	// With no live path a statfs, or an open of the device, may wait in
+	// the kernel (stall.go): only then is the mount table read to decide.
+	paths := volumePaths{cond: v.Condition, model: v.Paths}
+	stallCheck := func(mountPoint, op string) error {
+		if !paths.noneLive() {
+			return nil
+		}
+		return d.stallCheck(rec, paths, d.readMountTable(), mountPoint, op)
+	}
 	if rec.AccessType == volume.AccessBlock {
-		size, err := blockDeviceSize(rec.Device)
+		if err := stallCheck("", "an open of its device"); err != nil {
+			return nil, err
+		}
+		var size int64
+		err := d.calls.run(ctx, volumeID, "the size read of "+rec.Device, func() error {
+			var err error
+			size, err = blockDeviceSize(rec.Device)
+			return err
+		})
 		if err != nil {
-			return nil, internal(err, "read size of block device %s of volume %s", rec.Device, volumeID)
+			return nil, kernelCallError(err, "read size of block device %s of volume %s", rec.Device, volumeID)
 		}
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
 	}
@@ -125,11 +154,30 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if !mounted {
 		return nil, notFound("filesystem of volume %s is not mounted at %s", volumeID, path)
 	}
-	usage, err := fsUsage(path)
+	if err := stallCheck(path, "a statfs"); err != nil {
+		return nil, err
+	}
+	var usage []*csi.VolumeUsage
+	err = d.calls.run(ctx, volumeID, "the statfs of "+path, func() error {
+		var err error
+		usage, err = fsUsage(path)
+		return err
+	})
 	if err != nil {
-		return nil, internal(err, "statfs %s", path)
+		return nil, kernelCallError(err, "statfs %s", path)
 	}
 	return &csi.NodeGetVolumeStatsResponse{Usage: usage}, nil
+}
+
+// kernelCallError returns the error of a kernel call: the coded error of
+// one still waiting in the kernel as it is, anything else wrapped as
+// Internal with context.
+func kernelCallError(err error, format string, args ...any) error {
+	var ce *codedError
+	if errors.As(err, &ce) {
+		return err
+	}
+	return internal(err, format, args...)
 }
 
 // fsUsage reports bytes and inodes of the filesystem mounted at path.
@@ -186,6 +234,15 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if err != nil {
 		return nil, err
 	}
+	// The rescan and the grow read and write the device: with no live
+	// path they would wait in the kernel (stall.go).
+	mountPoint := ""
+	if rec.AccessType == volume.AccessMount {
+		mountPoint = rec.StagingPath
+	}
+	if err := d.stallCheckNow(ctx, rec, att, mountPoint, "a grow of the filesystem"); err != nil {
+		return nil, err
+	}
 	size, err := att.Expand(ctx, rec)
 	if err != nil {
 		return nil, fmt.Errorf("rescan device of volume %s: %w", volumeID, err)
@@ -195,15 +252,21 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	}
 	if rec.AccessType == volume.AccessMount {
 		resizer := mount.NewResizeFs(d.deps.Exec)
-		need, err := resizer.NeedResize(rec.Device, rec.StagingPath)
-		if err != nil {
-			return nil, internal(err, "check filesystem size of volume %s", volumeID)
-		}
-		if need {
-			if _, err := resizer.Resize(rec.Device, rec.StagingPath); err != nil {
-				return nil, internal(err, "grow filesystem of volume %s", volumeID)
+		err := d.calls.run(ctx, volumeID, "the grow of the filesystem on "+rec.Device, func() error {
+			need, err := resizer.NeedResize(rec.Device, rec.StagingPath)
+			if err != nil {
+				return internal(err, "check filesystem size of volume %s", volumeID)
 			}
-			klog.V(2).InfoS("Grew filesystem", "volumeID", volumeID, "device", rec.Device, "sizeBytes", size)
+			if need {
+				if _, err := resizer.Resize(rec.Device, rec.StagingPath); err != nil {
+					return internal(err, "grow filesystem of volume %s", volumeID)
+				}
+				klog.V(2).InfoS("Grew filesystem", "volumeID", volumeID, "device", rec.Device, "sizeBytes", size)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil

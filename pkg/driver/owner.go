@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -60,7 +61,7 @@ func (d *Driver) holdsVolume(rec volume.Record, path string) (bool, error) {
 // topmost mount is the volume's. It returns whether it unmounted anything.
 // A foreign mount on top is refused with refusal; one left below the
 // volume's layers stays, and the caller leaves the path alone.
-func (d *Driver) unmountOurs(path string, ours func() (bool, error), refusal func() error) (unmounted bool, err error) {
+func (d *Driver) unmountOurs(ctx context.Context, volumeID, path string, ours func() (bool, error), refusal func() error) (unmounted bool, err error) {
 	for range maxUnmountLayers {
 		mounted, err := isMountPoint(d.deps.Mounter, path)
 		if err != nil {
@@ -80,8 +81,8 @@ func (d *Driver) unmountOurs(path string, ours func() (bool, error), refusal fun
 			}
 			return false, refusal()
 		}
-		if err := d.deps.Mounter.Unmount(path); err != nil {
-			return unmounted, internal(err, "unmount %s", path)
+		if err := d.unmount(ctx, volumeID, path); err != nil {
+			return unmounted, err
 		}
 		unmounted = true
 	}
@@ -92,7 +93,7 @@ func (d *Driver) unmountOurs(path string, ours func() (bool, error), refusal fun
 // what is the volume's there and removes the file or directory
 // NodePublishVolume made. hasRecord says whether rec was read; recorded
 // whether rec lists target as a publication.
-func (d *Driver) releaseTarget(volumeID string, rec volume.Record, hasRecord, recorded bool, target string) error {
+func (d *Driver) releaseTarget(ctx context.Context, volumeID string, rec volume.Record, hasRecord, recorded bool, target string) error {
 	ours := func() (bool, error) {
 		switch {
 		case recorded:
@@ -105,7 +106,7 @@ func (d *Driver) releaseTarget(volumeID string, rec volume.Record, hasRecord, re
 	refusal := func() error {
 		return failedPrecondition("target path %s holds a mount that is not a publication of volume %s; it is left alone", quoteShort(target), volumeID)
 	}
-	unmounted, err := d.unmountOurs(target, ours, refusal)
+	unmounted, err := d.unmountOurs(ctx, volumeID, target, ours, refusal)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func (n *node) withISCSIAttacher(att driver.Attacher) {
 			volume.TransportNVMeTCP: n.nvmeAtt,
 			volume.TransportISCSI:   att,
 		},
-		Now: n.clk.Now,
+		Clock: n.clk,
 	})
 	if err != nil {
 		n.t.Fatal(err)

@@ -91,14 +91,14 @@ func newSweepNode(b *testing.B, sys sysfs.FS, recs []volume.Record, build func(p
 	n.drv, err = driver.New(cfg, driver.Deps{
 		SysFS: sys, Intents: owner, Exec: fsTools(),
 		Mounter:   &mount.SafeFormatAndMount{Interface: mounts, Exec: fsTools()},
-		Attachers: attachers, Now: clk.Now, Model: mdl,
+		Attachers: attachers, Clock: clk, Model: mdl,
 		MountInfo: func() ([]mount.MountInfo, error) { return table, nil },
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	n.mon, err = monitor.New(loop, monitor.Deps{Intents: strictIntents{owner, b}, Transports: transports, Model: mdl, Policy: policy,
-		Clock: clk, SysFS: sys, PathExists: func(string) bool { return true }, Staged: n.drv.StagedDevices})
+		Clock: clk, SysFS: sys, PathExists: func(string) bool { return true }, Staged: n.drv.StagedDevices, Filesystems: n.drv.FilesystemHealth})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -30,6 +30,7 @@ type Metrics struct {
 
 	volumePaths       *prometheus.GaugeVec
 	stagedReplaced    *prometheus.GaugeVec
+	filesystemState   *prometheus.GaugeVec
 	defects           *prometheus.GaugeVec
 	repairs           *prometheus.CounterVec
 	sessionRecoveries *prometheus.CounterVec
@@ -54,6 +55,10 @@ func New() *Metrics {
 			Namespace: namespace, Name: "volume_staged_device_replaced",
 			Help: "1 when the block device a staged volume's users hold (its staging mount, or the device node of a block volume's publications) is no longer the volume's device: the kernel removed and re-created it. I/O through it fails until the pods are restarted. 0 otherwise.",
 		}, []string{"volume_id", "transport"}),
+		filesystemState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "volume_filesystem_state",
+			Help: "The state of a staged filesystem volume's filesystem, one series per state (healthy, errors, read_only, shutdown, unknown): 1 for the state it is in, 0 for the others. read_only: it takes no writes (ext4 after an error); shutdown: every read and write fails (XFS); errors: errors recorded, still writable; unknown: its health cannot be read.",
+		}, []string{"volume_id", "state"}),
 		defects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "defects",
 			Help: "Defects found by the last diagnosis, by transport and kind.",
@@ -84,7 +89,7 @@ func New() *Metrics {
 			Help: "Verdicts on interrupted intents by record state (attaching, detaching) and verdict (rolled back, finished, kept, refused, failed, observed).",
 		}, []string{"state", "verdict"}),
 	}
-	m.reg.MustRegister(m.volumePaths, m.stagedReplaced, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes, m.unreadable, m.intents,
+	m.reg.MustRegister(m.volumePaths, m.stagedReplaced, m.filesystemState, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes, m.unreadable, m.intents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -127,6 +132,31 @@ func (m *Metrics) ForgetStagedDevice(volumeID string) {
 		return
 	}
 	m.stagedReplaced.DeletePartialMatch(prometheus.Labels{"volume_id": volumeID})
+}
+
+// SetFilesystemState records the state of a staged volume's filesystem:
+// 1 on state's series, 0 on every other of states (the closed set,
+// pkg/fshealth.States).
+func (m *Metrics) SetFilesystemState(volumeID, state string, states []string) {
+	if m == nil {
+		return
+	}
+	for _, s := range states {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.filesystemState.WithLabelValues(volumeID, s).Set(v)
+	}
+}
+
+// ForgetFilesystem deletes the filesystem-state series of a volume that
+// is no longer a staged filesystem volume.
+func (m *Metrics) ForgetFilesystem(volumeID string) {
+	if m == nil {
+		return
+	}
+	m.filesystemState.DeletePartialMatch(prometheus.Labels{"volume_id": volumeID})
 }
 
 // ForgetVolume deletes every series of an unstaged volume.

@@ -48,8 +48,9 @@
 // order, and the model keeps the newer. Txn.Sweep drops the entries a full
 // read did not see, except those a newer read wrote.
 //
-// Extending a volume with facts of another kind (a filesystem-health
-// condition of a staged filesystem volume, say) needs no change here:
+// Extending a volume with facts of another kind needs no change here; the
+// loop writes a staged filesystem's health that way (pkg/fshealth, under
+// fshealth.Fact: abnormal ones only, so a healthy node writes none):
 //
 //	m.Update(func(tx *model.Txn) {
 //		tx.SetFact(volumeID, "filesystem", model.Fact{Condition: c, ReadAt: now})

@@ -17,12 +17,14 @@ import (
 // volume has now, the condition that says the kernel replaced it; the
 // node's conditions by transport; the end of the tick. Entries the tick
 // did not write (unstaged volumes, forgotten targets) leave the model,
-// unless a later read wrote them. It returns the replaced volumes,
-// sorted.
+// unless a later read wrote them; each staged filesystem's health, read
+// after the transports' reports (readFilesystems), as the volume's
+// filesystem fact. It returns the replaced volumes and the abnormal
+// filesystems, sorted.
 //
 // The staged-device check reads no sysfs beyond the number of a replaced
 // device, and runs in every heal mode: it reports, it changes nothing.
-func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]volume.Condition) []string {
+func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]volume.Condition) (replaced, abnormalFS []string) {
 	byID := make(map[string]*volume.Record, len(r.Listing.Records))
 	staged := r.Listing.Records // when every record is staged, as on a steady node
 	for i := range r.Listing.Records {
@@ -46,8 +48,8 @@ func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]v
 		}
 		held = h
 	}
+	fs, abnormalFS := m.readFilesystems(staged)
 	seen := make(map[string]bool, len(vols))
-	var replaced []string
 	prev := m.deps.Model.Snapshot()
 	m.mu.Lock()
 	for i := range vols {
@@ -112,6 +114,7 @@ func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]v
 			tx.Put(r.Stamp, v)
 		}
 		tx.Sweep(r.Stamp, func(model.Volume) bool { return false })
+		fs.write(tx, staged)
 		for src, conds := range node {
 			tx.SetNode(src, conds)
 		}
@@ -119,7 +122,7 @@ func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]v
 	})
 	m.deps.Metrics.ObserveTick(end.Sub(r.Stamp.At), end)
 	slices.Sort(replaced)
-	return replaced
+	return replaced, abnormalFS
 }
 
 // replacedCondition returns the condition of staged volume rec whose users

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -126,5 +127,63 @@ func TestTick_StagedDeviceReplacedMetric(t *testing.T) {
 	body = scrape(t, m)
 	if !strings.Contains(body, `pathmend_volume_staged_device_replaced{transport="nvme-tcp",volume_id="vol-a"} 0`) || strings.Contains(body, `volume_id="vol-b"`) {
 		t.Errorf("after the restage of vol-a and the unstage of vol-b:\n%s", grep(body, "staged_device"))
+	}
+}
+
+// filesystemsFunc adapts a function that cannot fail to a
+// FilesystemReader.
+func filesystemsFunc(f func([]volume.Record) map[string]fshealth.Health) FilesystemReader {
+	return func(recs []volume.Record) (map[string]fshealth.Health, error) { return f(recs), nil }
+}
+
+// Every staged filesystem volume has one pathmend_volume_filesystem_state
+// series per state, 1 on the state it is in: read_only after an error,
+// healthy again once restaged, none once unstaged. Observe mode reports it
+// too, and the tick reads it without a process.
+func TestTick_FilesystemStateMetric(t *testing.T) {
+	r := newRig(t, heal.ModeObserve, nil)
+	m := metrics.New()
+	r.m.deps.Metrics = m
+	r.connectAged(t, nqnA, "127.0.0.1")
+	r.connectAged(t, nqnB, "127.0.0.3")
+	states := map[string]fshealth.Health{
+		"vol-a": {State: fshealth.ReadOnly, FSType: "ext4", Device: "nvme0n1", Errors: 7, Detail: "errors=remount-ro"},
+		"vol-b": {State: fshealth.Healthy, FSType: "xfs", Device: "nvme1n1"},
+	}
+	r.m.deps.Filesystems = filesystemsFunc(func(recs []volume.Record) map[string]fshealth.Health {
+		out := map[string]fshealth.Health{}
+		for _, rec := range recs {
+			if h, ok := states[rec.VolumeID]; ok {
+				out[rec.VolumeID] = h
+			}
+		}
+		return out
+	})
+	recs := []volume.Record{rec("vol-a", nqnA, "127.0.0.1"), rec("vol-b", nqnB, "127.0.0.3")}
+	r.set(t, recs...)
+	rep := r.m.Tick(context.Background())
+	if len(rep.Filesystems) != 1 || !strings.HasPrefix(rep.Filesystems[0], "vol-a: ext4 on nvme0n1: read-only after 7 errors") {
+		t.Errorf("filesystems = %q", rep.Filesystems)
+	}
+	body := scrape(t, m)
+	for _, want := range []string{
+		`pathmend_volume_filesystem_state{state="read_only",volume_id="vol-a"} 1`,
+		`pathmend_volume_filesystem_state{state="healthy",volume_id="vol-a"} 0`,
+		`pathmend_volume_filesystem_state{state="healthy",volume_id="vol-b"} 1`,
+		`pathmend_volume_filesystem_state{state="shutdown",volume_id="vol-b"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grep(body, "filesystem_state"))
+		}
+	}
+	if n := strings.Count(grep(body, `volume_id="vol-a"`), "pathmend_volume_filesystem_state{"); n != len(fshealth.States) {
+		t.Errorf("vol-a has %d filesystem series, want one per state (%d)", n, len(fshealth.States))
+	}
+	states["vol-a"] = fshealth.Health{State: fshealth.Healthy, FSType: "ext4", Device: "nvme0n1"} // restaged, checked
+	r.set(t, recs[:1]...)
+	r.m.Tick(context.Background())
+	body = scrape(t, m)
+	if !strings.Contains(body, `pathmend_volume_filesystem_state{state="healthy",volume_id="vol-a"} 1`) || strings.Contains(body, `volume_id="vol-b"`) {
+		t.Errorf("after the restage of vol-a and the unstage of vol-b:\n%s", grep(body, "filesystem_state"))
 	}
 }

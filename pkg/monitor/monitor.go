@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
@@ -133,6 +134,11 @@ type Deps struct {
 	// Staged, when set, tells which device each staged volume's users
 	// hold; the loop compares it with the volume's devices.
 	Staged StagedDevicer
+	// Filesystems, when set, reads the health of the staged filesystem
+	// volumes' filesystems each tick; the loop writes each into the model
+	// (the volume's fshealth.Fact), sets pathmend_volume_filesystem_state
+	// and logs each change.
+	Filesystems FilesystemReader
 }
 
 // Monitor is the loop: the only one of the process. Each tick it asks
@@ -156,6 +162,10 @@ type Monitor struct {
 	// whether replaced; paths the volumes whose path series are set.
 	replaced map[string]bool
 	paths    map[string]bool
+	// filesystems are the states of the staged filesystems as of the
+	// last tick, by volume ID: for the log of a change and the deletion
+	// of an unstaged volume's series.
+	filesystems map[string]fshealth.State
 }
 
 // jobResult is what one job on one target did, read by a later tick.
@@ -190,7 +200,8 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 		tr[t.Name()] = t
 	}
 	return &Monitor{cfg: cfg, deps: deps, tr: tr, orphans: map[string]bool{}, replaced: map[string]bool{}, paths: map[string]bool{},
-		gate: heal.NewLogGate(0, deps.Clock.Now)}, nil
+		filesystems: map[string]fshealth.State{},
+		gate:        heal.NewLogGate(0, deps.Clock.Now)}, nil
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then

@@ -39,14 +39,17 @@ type Report struct {
 	// Replaced are staged volumes whose users hold a device the kernel
 	// replaced.
 	Replaced []string
+	// Filesystems are the staged volumes whose filesystem is not healthy
+	// (errors, read-only, shut down), each "volumeID: summary".
+	Filesystems []string
 }
 
 // Tick runs one pass: read the records → every transport reads the
 // kernel once and plans → one job per target that needs work, with its
 // lease (interrupted intents first, in the owned scope) → read the
 // finished jobs → every transport reports its volumes as they are now →
-// compare each staged volume's device with the one its users hold →
-// write the model and the metrics.
+// compare each staged volume's device with the one its users hold → read
+// each staged filesystem's health → write the model and the metrics.
 func (m *Monitor) Tick(ctx context.Context) Report {
 	start := m.deps.Clock.Now()
 	var rep Report
@@ -118,7 +121,7 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	}
 	slices.Sort(rep.Connects)
 	slices.Sort(rep.Skipped)
-	rep.Replaced = m.commit(r, vols, node)
+	rep.Replaced, rep.Filesystems = m.commit(r, vols, node)
 	return rep
 }
 

@@ -290,8 +290,59 @@ fixture_iscsi_session_stuck() {
 		"iscsid's last line when captured: $(grep 'retcode -107' "$ISCSID_LOG" | tail -n 1)"
 }
 
+# head_of SUBSYS NSID prints the namespace head of NSID in SUBSYS.
+head_of() {
+	local h
+	for h in /sys/class/nvme-subsystem/"$1"/nvme*n*; do
+		[[ $(basename "$h") =~ ^nvme[0-9]+n[0-9]+$ ]] || continue
+		[ "$(cat "$h/nsid")" = "$2" ] && basename "$h" && return 0
+	done
+	return 1
+}
+
+# fs_health_unmount unmounts what fixture_fs_health mounted.
+fs_health_unmount() {
+	local m
+	for m in /tmp/fs-health-1 /tmp/fs-health-2 /tmp/fs-health-3; do
+		mountpoint -q "$m" && umount "$m"
+	done
+	return 0
+}
+
+fixture_fs_health() {
+	local nqn=$NQN_PREFIX:fs-health c sub i dev h1 h2 h3
+	nvme_ports
+	nvmet_subsys_create "$nqn"
+	for i in 1 2 3; do
+		# XFS wants 300 MB at least; the loop files are sparse.
+		dev=$(lab_loop_create "fs-health-ns$i" 512)
+		nvmet_ns_add "$nqn" "$i" "$dev" 1 "$(lab_uuid_of "$nqn/$i")"
+	done
+	nvmet_port_link 1 "$nqn"
+	nvmet_port_link 2 "$nqn"
+	c=$(nvme_connect_both "$nqn")
+	sub=$(subsys_of_ctrl "${c%% *}")
+	lab_wait 20 "3 namespaces with 2 legs" legs_ready "$sub" 2
+	h1=$(head_of "$sub" 1) && h2=$(head_of "$sub" 2) && h3=$(head_of "$sub" 3)
+	mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$h1"
+	mkfs.ext4 -q -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$h2"
+	mkfs.xfs -q -f "/dev/$h3"
+	trap 'fs_health_unmount; lab_teardown_all' EXIT
+	mkdir -p /tmp/fs-health-1 /tmp/fs-health-2 /tmp/fs-health-3
+	mount -o errors=remount-ro "/dev/$h1" /tmp/fs-health-1
+	mount -o errors=remount-ro "/dev/$h2" /tmp/fs-health-2
+	mount -o nouuid "/dev/$h3" /tmp/fs-health-3
+	printf "written before the capture\n" >/tmp/fs-health-2/data && sync
+	echo "pathmend fixture" >"/sys/fs/ext4/$h1/trigger_fs_error"
+	if touch /tmp/fs-health-1/after 2>/dev/null; then lab_fail "ext4 on $h1 still takes writes after its error"; fi
+	capture fs-health \
+		"subsystem $nqn with namespaces 1-3 over two ports; namespace 1 ($h1) and 2 ($h2) ext4 mounted with errors=remount-ro, namespace 3 ($h3) XFS mounted; an ext4 error raised on $h1 through /sys/fs/ext4/$h1/trigger_fs_error (ext4 stops taking writes; the mount table still says rw)" \
+		"fs/ext4/$h1: errors_count 1 and its first and last error (trigger_test_error): read-only; fs/ext4/$h2: errors_count 0: healthy; fs/xfs/$h3 present (XFS publishes no shutdown state in sysfs: a stat of a shut-down XFS answers EIO)"
+	fs_health_unmount
+}
+
 FIXTURES=(nvme-healthy nvme-no-namespace nvme-namespace-missing nvme-controller-not-contributing
-	nvme-path-reconnecting iscsi-healthy iscsi-session-failed iscsi-session-free iscsi-session-stuck)
+	nvme-path-reconnecting iscsi-healthy iscsi-session-failed iscsi-session-free iscsi-session-stuck fs-health)
 
 main() {
 	local name=${1:-}

@@ -13,15 +13,19 @@
 #   iSCSI target I (vol-i ext4 on dm-multipath): TPG 1 on 127.0.0.1:3260,
 #     TPG 2 on 127.0.0.2:3260 behind the soak's flaky proxy on
 #     127.0.0.3:3260, one LUN exported by both TPGs
+#   NVMe subsystem C (vol-c ext4, a short fast_io_fail_tmo: the
+#     filesystem-error fault outlasts its queueing window): port 5
+#     127.0.0.1:4424 optimized, port 6 127.0.0.2:4425 non-optimized
 SOAK_NQN_A=nqn.2024-01.io.pathmend.lab:soak-a
 SOAK_NQN_B=nqn.2024-01.io.pathmend.lab:soak-b
 SOAK_NQN_B2=nqn.2024-01.io.pathmend.lab:soak-b2
 SOAK_IQN=iqn.2024-01.io.pathmend.lab:soak-i
+SOAK_NQN_C=nqn.2024-01.io.pathmend.lab:soak-c
 
 # soak_targets_up builds every target, and starts iscsid (with its
 # restart script for pathmend) and multipathd.
 soak_targets_up() {
-	local a1 a2 b
+	local a1 a2 b c
 	modprobe nvme_tcp || return
 	nvmet_subsys_create "$SOAK_NQN_A" || return
 	a1=$(lab_loop_create soak-a1 64) && a2=$(lab_loop_create soak-a2 64) || return
@@ -39,6 +43,13 @@ soak_targets_up() {
 	nvmet_port_create 4 127.0.0.2 4423 && nvmet_port_ana 4 1 non-optimized || return
 	nvmet_port_link 3 "$SOAK_NQN_B" && nvmet_port_link 4 "$SOAK_NQN_B2" || return
 	nqnproxy_start 127.0.0.3:4423 127.0.0.2:4423 "$SOAK_NQN_B" "$SOAK_NQN_B2" || return
+
+	nvmet_subsys_create "$SOAK_NQN_C" || return
+	c=$(lab_loop_create soak-c 64) || return
+	nvmet_ns_add "$SOAK_NQN_C" 1 "$c" 1 "$(lab_uuid_of "$SOAK_NQN_C/1")" || return
+	nvmet_port_create 5 127.0.0.1 4424 && nvmet_port_ana 5 1 optimized || return
+	nvmet_port_create 6 127.0.0.2 4425 && nvmet_port_ana 6 1 non-optimized || return
+	nvmet_port_link 5 "$SOAK_NQN_C" && nvmet_port_link 6 "$SOAK_NQN_C" || return
 
 	lio_target_create "$SOAK_IQN" 1 && lio_target_create "$SOAK_IQN" 2 || return
 	lio_backstore_iblock soak-i "$(lab_loop_create soak-i 64)" || return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -137,4 +138,24 @@ func (c *co) unstage(ctx context.Context, v *vol, during func(<-chan struct{})) 
 		_, err := c.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: v.id, StagingTargetPath: c.staging(v)})
 		return err
 	}, during)
+}
+
+// health is pathmend's NodeGetVolumeHealth of v now, each entry as
+// "STATUS Reason" joined by ", " ("HEALTHY" when it has none), or the
+// call's error.
+func (c *co) health(ctx context.Context, v *vol) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := c.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: v.id})
+	if err != nil {
+		return "error: " + status.Code(err).String()
+	}
+	var out []string
+	for _, h := range resp.GetVolumeHealth().GetHealthStatuses() {
+		out = append(out, h.GetStatus().String()+" "+h.GetReason())
+	}
+	if len(out) == 0 {
+		return "HEALTHY"
+	}
+	return strings.Join(out, ", ")
 }

@@ -148,7 +148,7 @@ func (s *soak) finish(end time.Time, orphans []string) (bool, error) {
 	in := report.Input{
 		Seed: s.cfg.seed, Start: s.start, End: end, Plan: s.plan, Faults: runs, Actions: s.actions,
 		Tracker: s.tracker, Log: lines, ReadOnly: s.readOnly, Orphans: orphans, Kernel: s.kernel,
-		Retries: slices.Clone(s.retries),
+		Retries: slices.Clone(s.retries), Recoveries: slices.Clone(s.recoveries),
 	}
 	for _, v := range s.vols {
 		st := s.state[v.id]
@@ -158,7 +158,7 @@ func (s *soak) finish(end time.Time, orphans []string) (bool, error) {
 			Stats: st.worker.Stats(), Verifications: slices.Clone(st.verifications),
 		})
 		st.mu.Unlock()
-		if ro := st.worker.Stats().ReadOnly; !ro.IsZero() {
+		for _, ro := range st.worker.Stats().ReadOnlyTimes {
 			in.ReadOnly = append(in.ReadOnly, report.ReadOnly{Volume: v.id, At: ro, Source: "a write failed with EROFS"})
 		}
 	}

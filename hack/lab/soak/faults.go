@@ -23,7 +23,7 @@ func (s *soak) runFault(ctx context.Context, f plan.Fault) report.FaultRun {
 	r := report.FaultRun{Fault: f, Result: "done"}
 	p := pathByID(f.Path)
 	for _, v := range s.vols {
-		if (f.Path != "" && v.group == p.group) || v.id == f.Volume {
+		if (f.Path != "" && v.group == p.group) || v.id == f.Volume || (f.Kind == plan.FilesystemError && v.group == f.Group) {
 			r.Volumes = append(r.Volumes, v.id)
 		}
 	}
@@ -76,6 +76,18 @@ func (s *soak) runFault(ctx context.Context, f plan.Fault) report.FaultRun {
 		return r
 	case plan.StuckSession:
 		return s.stuckSession(ctx, f, r, skip)
+	case plan.FilesystemError:
+		// Every path of the group away past its queueing window: the
+		// queued writes fail and the filesystem stops taking writes. The
+		// recovery loop restarts the volume's pod once a path is back.
+		var in, out []string
+		for _, gp := range paths {
+			if gp.group == f.Group {
+				in = append(in, fmt.Sprintf("nvmet_port_unlink %d %q", gp.nvmetPort, gp.portNQN))
+				out = append(out, fmt.Sprintf("nvmet_port_link %d %q", gp.nvmetPort, gp.portNQN))
+			}
+		}
+		return hold(strings.Join(in, "; "), strings.Join(out, "; "))
 	case plan.Kill:
 		s.killPathmend(ctx, f.Down, "at a random moment")
 		r.Injected = time.Now()
@@ -304,6 +316,12 @@ func rpcName(phase string) string { return strings.ToUpper(phase[:1]) + phase[1:
 func (s *soak) restageLocked(ctx context.Context, st *volState, why string, k *midKill) error {
 	v := st.v
 	s.logf("%s: %s", v.id, why)
+	// The pod's restart ends a read-only window of its filesystem: what
+	// pathmend said of the volume just before is kept for the report.
+	rec := report.Recovery{Volume: v.id, At: time.Now(), Why: why, Reported: s.co.health(ctx, v)}
+	s.mu.Lock()
+	s.recoveries = append(s.recoveries, rec)
+	s.mu.Unlock()
 	old, err := st.worker.Swap(ctx, nil)
 	if err != nil {
 		return err

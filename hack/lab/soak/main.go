@@ -5,7 +5,8 @@
 // volumes, and pathmend serves in repair mode with short intervals. It
 // ends with a report (text and JSON) whose must-be-0 checks decide the
 // exit status: data mismatches, teardowns of a live and healthy path,
-// read-only remounts no outage explains, kernel objects left behind.
+// read-only windows no outage explains or pathmend did not report, kernel
+// objects left behind.
 //
 // Usage (in the guest, as root):
 //

@@ -43,7 +43,10 @@ type soak struct {
 	tracker  *observe.Tracker
 	kernel   []report.Event
 	readOnly []report.ReadOnly
-	retries  []string
+	// recoveries are the volumes' restages (pod restarts), with what
+	// pathmend reported of the volume just before each.
+	recoveries []report.Recovery
+	retries    []string
 }
 
 // volState is what the soak keeps of one volume while it runs.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/pathmend/pathmend/hack/lab/soak/observe"
@@ -13,6 +14,7 @@ const (
 	nqnB  = "nqn.2024-01.io.pathmend.lab:soak-b"
 	nqnB2 = "nqn.2024-01.io.pathmend.lab:soak-b2"
 	iqnI  = "iqn.2024-01.io.pathmend.lab:soak-i"
+	nqnC  = "nqn.2024-01.io.pathmend.lab:soak-c"
 	// proxyListen is the flaky proxy in front of TPG 2's portal.
 	proxyListen, proxyTarget = "127.0.0.3:3260", "127.0.0.2:3260"
 )
@@ -49,16 +51,25 @@ var paths = []path{
 	{Path: plan.Path{ID: "b-alias", Alias: true}, group: "nvme-b", addr: "127.0.0.3", port: 4423, nvmetPort: 4, portNQN: nqnB2},
 	{Path: plan.Path{ID: "i-direct", ISCSI: true}, group: "iscsi", addr: "127.0.0.1", port: 3260, tpgt: 1},
 	{Path: plan.Path{ID: "i-proxy", ISCSI: true, Proxy: true}, group: "iscsi", addr: "127.0.0.3", port: 3260, tpgt: 2},
+	{Path: plan.Path{ID: "c-opt"}, group: "nvme-c", addr: "127.0.0.1", port: 4424, nvmetPort: 5, portNQN: nqnC},
+	{Path: plan.Path{ID: "c-nonopt"}, group: "nvme-c", addr: "127.0.0.2", port: 4425, nvmetPort: 6, portNQN: nqnC},
 }
 
 // groups are the plan's groups with the all-paths-down time the plan
 // allows: well inside each group's queueing window (subsystem B's
 // controllers give up after 30 s, and with them its namespace's head).
+// Subsystem C queues for fcQueue only (fast_io_fail_tmo): only the
+// filesystem-error fault touches it, taking every path of it down for
+// longer.
 var groups = []plan.Group{
 	{ID: "nvme-a", Window: 60 * time.Second},
 	{ID: "nvme-b", Window: 15 * time.Second, CtrlLoss: 30 * time.Second},
 	{ID: "iscsi", Window: 45 * time.Second},
+	{ID: "nvme-c", Window: 3 * time.Second, FSQueue: fcQueue},
 }
+
+// fcQueue is subsystem C's queueing window: its controllers' fast_io_fail_tmo.
+const fcQueue = 8 * time.Second
 
 // recommended are the NVMe timeouts pathmend recommends (docs/iscsi.md, "Queueing
 // while every path is down"): never give up a controller, fail queued I/O
@@ -80,6 +91,8 @@ func volumes() []*vol {
 		{id: "vol-a2", group: "nvme-a", target: nqnA, block: true, context: nvmeContext(nqnA, "2", "127.0.0.1:4420,127.0.0.2:4421", "127.0.0.1:4420", recommended...)},
 		{id: "vol-b", group: "nvme-b", target: nqnB, context: nvmeContext(nqnB, "1", "127.0.0.1:4422,127.0.0.3:4423", "127.0.0.1:4422", "ctrlLossTmo", "30")},
 		{id: "vol-i", group: "iscsi", target: iqnI, context: map[string]string{"transport": "iscsi", "iqn": iqnI, "portals": "127.0.0.1:3260,127.0.0.3:3260", "lun": "0"}},
+		{id: "vol-c", group: "nvme-c", target: nqnC, context: nvmeContext(nqnC, "1", "127.0.0.1:4424,127.0.0.2:4425", "127.0.0.1:4424",
+			"ctrlLossTmo", "-1", "fastIOFailTmo", fmt.Sprint(int(fcQueue.Seconds())), "reconnectDelay", "2")},
 	}
 	for _, v := range vs {
 		v.spec = observe.VolumeSpec{ID: v.id}

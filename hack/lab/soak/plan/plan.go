@@ -4,7 +4,11 @@
 // function of the seed, the run's length and the lab's topology, so a run
 // that failed is replayed with its seed.
 //
-// The planner keeps two rules. A path, a volume and pathmend itself are
+// The planner keeps two rules (which filesystem-error breaks on purpose,
+// alone on its group: it holds every path of a group down past the
+// group's queueing window; such a group takes no other fault, and its
+// faults are drawn on a stream of their own, so that a seed's schedule of
+// the other kinds does not depend on them). A path, a volume and pathmend itself are
 // resources: two faults never hold one at once (a path is held from the
 // fault until it can be back). And the time every path of a group is down
 // at once, counting how long each path needs to come back after its fault
@@ -17,6 +21,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -46,13 +51,15 @@ const (
 	KillInHeal  Kind = "pathmend-kill-in-heal" // SIGKILL as soon as pathmend is seen tearing down or kicking
 	Restage     Kind = "volume-restage"        // unpublish, unstage, stage, publish while faults run
 	RestageKill Kind = "volume-restage-kill"   // the same, pathmend SIGKILLed during the NodeUnstage or the NodeStage
+	// Filesystems.
+	FilesystemError Kind = "filesystem-error" // every path of a group down longer than its queueing window: the writes fail, the filesystem goes read-only
 )
 
 // Kinds lists the catalogue in a stable order.
 var Kinds = []Kind{
 	PortUnlink, NVMeDropShort, NVMeDropLong, NotContributing, ControllerDelete, NamespaceDisable,
 	PortalDropShort, PortalDropLong, TPGDisable, StuckSession,
-	Kill, KillInHeal, Restage, RestageKill,
+	Kill, KillInHeal, Restage, RestageKill, FilesystemError,
 }
 
 // Path is one path of a group: an NVMe endpoint or an iSCSI portal.
@@ -78,6 +85,10 @@ type Group struct {
 	// GivesUp: the group's controllers have a finite ctrl_loss_tmo
 	// (CtrlLoss), so NVMeDropLong can outlast it.
 	CtrlLoss time.Duration `json:"ctrlLoss,omitempty"`
+	// FSQueue is the group's queueing window when FilesystemError may hit
+	// it: the fault holds every path down longer than that, past Window.
+	// Such a group takes no fault of another kind.
+	FSQueue time.Duration `json:"fsQueue,omitempty"`
 }
 
 // Volume is one staged volume.
@@ -119,6 +130,8 @@ func (f Fault) String() string {
 	s := fmt.Sprintf("#%d %s at %s", f.ID, f.Kind, f.At.Round(time.Second))
 	if f.Path != "" {
 		s += " on " + f.Path
+	} else if f.Group != "" && f.Volume == "" {
+		s += " on every path of " + f.Group
 	}
 	if f.Volume != "" {
 		s += " on " + f.Volume
@@ -164,6 +177,9 @@ var specs = map[Kind]spec{
 	KillInHeal:       {weight: 3, min: 60 * time.Second, max: 60 * time.Second},
 	Restage:          {weight: 4, tail: 30 * time.Second, target: "volume", eligible: func(Group, Path, Volume) bool { return true }},
 	RestageKill:      {weight: 3, tail: 40 * time.Second, target: "volume", eligible: func(Group, Path, Volume) bool { return true }},
+	// The hold is FSQueue plus this range; the tail covers the reconnect
+	// and the volume's restage.
+	FilesystemError: {weight: 3, min: 6 * time.Second, max: 15 * time.Second, tail: 40 * time.Second, down: true, target: "group", eligible: func(g Group, _ Path, _ Volume) bool { return g.FSQueue > 0 }},
 }
 
 func groupISCSI(g Group) bool { return len(g.Paths) > 0 && g.Paths[0].ISCSI }
@@ -202,22 +218,48 @@ func Make(seed uint64, d time.Duration, topo Topology, o Options) Plan {
 	if len(o.Only) > 0 {
 		kinds = o.Only
 	}
-	total := 0
+	// The kinds that take a whole group (filesystem-error) are drawn on
+	// streams of their own, after the others, on groups no other kind
+	// touches (state.targets): adding such a kind, or its group, leaves a
+	// seed's schedule of every other kind as it was, so CI's fixed seed
+	// keeps its history.
+	var shared, own []Kind
+	total, all := 0, 0
 	for _, k := range kinds {
-		total += specs[k].weight
-	}
-	if total == 0 {
-		return p
-	}
-	for at := gap(r, o); at < d; at += gap(r, o) {
-		k := pickKind(r, kinds, total)
-		f, ok := st.place(r, k, at, o)
-		if !ok {
-			p.Skipped[k]++
+		all += specs[k].weight
+		if specs[k].target == "group" {
+			own = append(own, k)
 			continue
 		}
-		p.Faults = append(p.Faults, f)
+		shared = append(shared, k)
+		total += specs[k].weight
 	}
+	if total > 0 {
+		for at := gap(r, o); at < d; at += gap(r, o) {
+			k := pickKind(r, shared, total)
+			f, ok := st.place(r, k, at, o)
+			if !ok {
+				p.Skipped[k]++
+				continue
+			}
+			p.Faults = append(p.Faults, f)
+		}
+	}
+	for i, k := range own {
+		// As often as its weight would have drawn it among all kinds.
+		ko := o
+		ko.MeanGap = o.MeanGap * time.Duration(all) / time.Duration(specs[k].weight)
+		kr := rand.New(rand.NewPCG(seed, 0x67726f7570+uint64(i)))
+		for at := gap(kr, ko); at < d; at += gap(kr, ko) {
+			f, ok := st.place(kr, k, at, o)
+			if !ok {
+				p.Skipped[k]++
+				continue
+			}
+			p.Faults = append(p.Faults, f)
+		}
+	}
+	slices.SortStableFunc(p.Faults, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
 	for i := range p.Faults {
 		p.Faults[i].ID = i + 1
 	}
@@ -277,9 +319,15 @@ type target struct {
 func (s *state) targets(k Kind) []target {
 	sp := specs[k]
 	var out []target
+	// A group kept for a kind that takes the whole group (FSQueue) takes
+	// no other fault: see Make.
+	kept := func(g Group) bool { return sp.target != "group" && g.FSQueue > 0 }
 	switch sp.target {
 	case "path":
 		for _, g := range s.topo.Groups {
+			if kept(g) {
+				continue
+			}
 			for _, p := range g.Paths {
 				if sp.eligible(g, p, Volume{}) {
 					out = append(out, target{g: g, p: p})
@@ -289,8 +337,17 @@ func (s *state) targets(k Kind) []target {
 	case "volume":
 		for _, v := range s.topo.Volumes {
 			g := s.group(v.Group)
+			if kept(g) {
+				continue
+			}
 			if sp.eligible(g, Path{}, v) {
 				out = append(out, target{g: g, v: v})
+			}
+		}
+	case "group":
+		for _, g := range s.topo.Groups {
+			if sp.eligible(g, Path{}, Volume{}) {
+				out = append(out, target{g: g})
 			}
 		}
 	default:
@@ -315,8 +372,9 @@ func (s *state) place(r *rand.Rand, k Kind, at time.Duration, o Options) (Fault,
 	ts := s.targets(k)
 	r.Shuffle(len(ts), func(i, j int) { ts[i], ts[j] = ts[j], ts[i] })
 	hold := uniform(r, sp.min, sp.max)
-	if k == NVMeDropLong {
-		// Past the group's ctrl_loss_tmo, wherever it lands.
+	if k == NVMeDropLong || k == FilesystemError {
+		// Past the group's ctrl_loss_tmo or queueing window, wherever
+		// it lands.
 		hold = 0
 	}
 	f := Fault{Kind: k, At: at.Truncate(100 * time.Millisecond), Hold: hold}
@@ -337,8 +395,11 @@ func (s *state) place(r *rand.Rand, k Kind, at time.Duration, o Options) (Fault,
 	}
 	for _, t := range ts {
 		g := f
-		if k == NVMeDropLong {
+		switch k {
+		case NVMeDropLong:
 			g.Hold = t.g.CtrlLoss + uniform(r, sp.min, sp.max)
+		case FilesystemError:
+			g.Hold = t.g.FSQueue + uniform(r, sp.min, sp.max)
 		}
 		if !s.fits(k, g, t) {
 			continue
@@ -366,6 +427,19 @@ func (s *state) resource(k Kind, t target) string {
 
 func (s *state) fits(k Kind, f Fault, t target) bool {
 	span := s.span(k, f)
+	if specs[k].target == "group" {
+		// Every path of the group, free of any other fault the whole
+		// time: the group's every-path-down span is this fault's alone
+		// (past its Window on purpose), and nothing else overlaps it.
+		for _, p := range t.g.Paths {
+			for _, iv := range append(slices.Clone(s.busy["path:"+p.ID]), s.down[p.ID]...) {
+				if iv.overlaps(span) {
+					return false
+				}
+			}
+		}
+		return true
+	}
 	if res := s.resource(k, t); res != "" {
 		for _, iv := range s.busy[res] {
 			if iv.overlaps(span) {
@@ -385,6 +459,13 @@ func (s *state) fits(k Kind, f Fault, t target) bool {
 
 func (s *state) book(k Kind, f Fault, t target) {
 	span := s.span(k, f)
+	if specs[k].target == "group" {
+		for _, p := range t.g.Paths {
+			s.busy["path:"+p.ID] = append(s.busy["path:"+p.ID], span)
+			s.down[p.ID] = append(s.down[p.ID], span)
+		}
+		return
+	}
 	if res := s.resource(k, t); res != "" {
 		s.busy[res] = append(s.busy[res], span)
 	}

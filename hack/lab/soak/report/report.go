@@ -2,8 +2,8 @@
 // faults injected, pathmend's heals and how long the volumes took to get
 // every path back, the writers' I/O errors with the faults that were
 // active, and the checks that must be zero — data mismatches, healthy
-// paths torn down, read-only remounts no outage explains, kernel objects
-// left behind. It renders the report as text and as JSON, and on a failed
+// paths torn down, read-only windows no outage explains or pathmend did
+// not report, kernel objects left behind. It renders the report as text and as JSON, and on a failed
 // check the seed and the timeline around each failure.
 package report
 
@@ -88,6 +88,18 @@ type ReadOnly struct {
 	Source string    `json:"source"`
 }
 
+// Recovery is a restage of a volume (its pod restarted: unpublish,
+// unstage, stage, publish): it ends a read-only window of its filesystem.
+type Recovery struct {
+	Volume string    `json:"volume"`
+	At     time.Time `json:"at"`
+	Why    string    `json:"why"`
+	// Reported is pathmend's NodeGetVolumeHealth of the volume just
+	// before: "INACCESSIBLE FilesystemReadOnly, INACCESSIBLE NoLivePath",
+	// "HEALTHY", or the call's error.
+	Reported string `json:"reported"`
+}
+
 // Input is everything a run produced.
 type Input struct {
 	Seed       uint64
@@ -100,6 +112,8 @@ type Input struct {
 	Log        []LogLine
 	ReadOnly   []ReadOnly
 	Orphans    []string
+	// Recoveries are the volumes' restages, in time order.
+	Recoveries []Recovery
 	// Kernel is the storage lines of the kernel log, for the timeline.
 	Kernel []Event
 	// Retries are steps the soak made again besides its CSI calls, each
@@ -151,6 +165,10 @@ type VolumeReport struct {
 	Replaced      []observe.Replaced `json:"replaced,omitempty"`
 	Verifications []Verification     `json:"verifications,omitempty"`
 	Findings      []workload.Event   `json:"findings,omitempty"`
+	// ReadOnlyWindows counts the volume's filesystem's read-only windows,
+	// ReadOnlyUnexplained those no every-path-down span explains.
+	ReadOnlyWindows     int `json:"readOnlyWindows"`
+	ReadOnlyUnexplained int `json:"readOnlyWindowsUnexplained"`
 }
 
 // Teardown is a controller or session that went away while healthy.
@@ -164,8 +182,12 @@ type Teardown struct {
 type Checks struct {
 	DataMismatches      int `json:"dataMismatches"`
 	HealthyTeardowns    int `json:"healthyTeardowns"`
-	ReadOnlyUnexplained int `json:"readOnlyRemountsUnexplained"`
-	Orphans             int `json:"orphanedKernelObjects"`
+	ReadOnlyUnexplained int `json:"readOnlyWindowsUnexplained"`
+	// ReadOnlyUnreported counts the read-only windows ended by a restage
+	// before which pathmend did not report the volume's filesystem (or
+	// its replaced device).
+	ReadOnlyUnreported int `json:"readOnlyWindowsUnreported"`
+	Orphans            int `json:"orphanedKernelObjects"`
 }
 
 // Report is the soak's result.
@@ -184,10 +206,10 @@ type Report struct {
 	Teardowns   []Teardown                `json:"healthyTeardowns,omitempty"`
 	// Unverifiable are teardowns of a path last seen healthy whose path
 	// had a fault put on it between that sample and the teardown.
-	Unverifiable []Teardown        `json:"unverifiableTeardowns,omitempty"`
-	ReadOnly     []ReadOnlyVerdict `json:"readOnlyRemounts,omitempty"`
-	Bounced      int               `json:"sessionsBouncedByIscsidRestarts"`
-	Orphans      []string          `json:"orphans,omitempty"`
+	Unverifiable []Teardown       `json:"unverifiableTeardowns,omitempty"`
+	ReadOnly     []ReadOnlyWindow `json:"readOnlyWindows,omitempty"`
+	Bounced      int              `json:"sessionsBouncedByIscsidRestarts"`
+	Orphans      []string         `json:"orphans,omitempty"`
 	// KernelCrashes are the kernel's oops and BUG lines: after one the
 	// kernel's state, and every check above, is not to be trusted.
 	KernelCrashes []Event    `json:"kernelCrashes,omitempty"`
@@ -205,14 +227,27 @@ type Report struct {
 	RetryCount int      `json:"retryCount"`
 }
 
-// ReadOnlyVerdict is a read-only remount and what explains it.
-type ReadOnlyVerdict struct {
-	ReadOnly
-	// AllDown is the longest every-path-down span before it, and
-	// Window the queueing window.
+// ReadOnlyWindow is one stretch of time a volume's filesystem took no
+// writes: from its first sign (the kernel's "Remounting filesystem
+// read-only", a writer's EROFS) to the restage that ended it (To zero:
+// still read-only at the end of the run).
+type ReadOnlyWindow struct {
+	Volume string    `json:"volume"`
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to,omitzero"`
+	// Source is the first sign; Signs how many were seen.
+	Source string `json:"source"`
+	Signs  int    `json:"signs"`
+	// AllDown is the longest every-path-down span that began before the
+	// window, and Window the volume's queueing window.
 	AllDown   float64 `json:"allDownSeconds"`
 	Window    float64 `json:"windowSeconds"`
 	Explained bool    `json:"explained"`
+	// Reported is pathmend's health of the volume at the restage that
+	// ended the window; Unreported: it named neither a filesystem
+	// condition nor a replaced device.
+	Reported   string `json:"reported,omitempty"`
+	Unreported bool   `json:"unreported,omitempty"`
 }
 
 // Build computes the report.
@@ -254,6 +289,17 @@ func Build(in Input) Report {
 	for _, ro := range r.ReadOnly {
 		if !ro.Explained {
 			r.Checks.ReadOnlyUnexplained++
+		}
+		if ro.Unreported {
+			r.Checks.ReadOnlyUnreported++
+		}
+		for i := range r.Volumes {
+			if r.Volumes[i].ID == ro.Volume {
+				r.Volumes[i].ReadOnlyWindows++
+				if !ro.Explained {
+					r.Volumes[i].ReadOnlyUnexplained++
+				}
+			}
 		}
 	}
 	r.Checks.Orphans = len(in.Orphans)
@@ -522,35 +568,72 @@ func faultBetween(in Input, g observe.Gone) bool {
 	return false
 }
 
-// readOnly judges every read-only remount against the every-path-down
-// spans of its volume: explained when one before it outlasted the
-// queueing window.
+// readOnly turns the signs of read-only filesystems into windows, one per
+// volume from its first sign to the next restage (a restage mounts the
+// filesystem again, checked), and judges each against the every-path-down
+// spans of its volume: explained when one that began before it outlasted
+// the queueing window.
 func (r *Report) readOnly(in Input) {
-	seen := map[string]bool{}
-	for _, ro := range in.ReadOnly {
-		if seen[ro.Volume] {
-			continue // one per volume and incarnation is enough; the first decides
+	signs := slices.Clone(in.ReadOnly)
+	slices.SortStableFunc(signs, func(a, b ReadOnly) int { return a.At.Compare(b.At) })
+	open := map[string]int{} // volume → index of its open window in r.ReadOnly
+	for _, ro := range signs {
+		if i, ok := open[ro.Volume]; ok {
+			w := &r.ReadOnly[i]
+			if end, rec := recoveryAfter(in.Recoveries, ro.Volume, w.From); !rec.At.IsZero() && !ro.At.Before(end) {
+				delete(open, ro.Volume) // a restage came between: a new window
+			} else {
+				w.Signs++
+				continue
+			}
 		}
-		seen[ro.Volume] = true
-		v := ReadOnlyVerdict{ReadOnly: ro}
+		w := ReadOnlyWindow{Volume: ro.Volume, From: ro.At, Source: ro.Source, Signs: 1}
 		var win time.Duration
 		for _, vol := range in.Volumes {
 			if vol.Spec.ID == ro.Volume {
 				win = vol.Window
 			}
 		}
-		v.Window = win.Seconds()
+		w.Window = win.Seconds()
 		if in.Tracker != nil {
 			for _, sp := range in.Tracker.AllDown[ro.Volume] {
 				if sp.From.After(ro.At) {
 					continue
 				}
-				v.AllDown = max(v.AllDown, sp.Len(ro.At).Seconds())
+				w.AllDown = max(w.AllDown, sp.Len(ro.At).Seconds())
 			}
 		}
-		v.Explained = win > 0 && v.AllDown >= win.Seconds()
-		r.ReadOnly = append(r.ReadOnly, v)
+		w.Explained = win > 0 && w.AllDown >= win.Seconds()
+		if end, rec := recoveryAfter(in.Recoveries, ro.Volume, ro.At); !end.IsZero() {
+			w.To, w.Reported = end, rec.Reported
+			w.Unreported = !reportsReadOnly(rec.Reported)
+		}
+		open[ro.Volume] = len(r.ReadOnly)
+		r.ReadOnly = append(r.ReadOnly, w)
 	}
+}
+
+// recoveryAfter is the first restage of volume at or after t.
+func recoveryAfter(recs []Recovery, volume string, t time.Time) (time.Time, Recovery) {
+	for _, rec := range recs {
+		if rec.Volume == volume && !rec.At.Before(t) {
+			return rec.At, rec
+		}
+	}
+	return time.Time{}, Recovery{}
+}
+
+// reportsReadOnly reports whether pathmend's health of a volume names
+// why its filesystem took no writes: a filesystem condition, or a device
+// the kernel replaced under it.
+func reportsReadOnly(health string) bool {
+	for _, e := range strings.Split(health, ", ") {
+		status, reason, _ := strings.Cut(e, " ")
+		if (status == "INACCESSIBLE" || status == "DEGRADED") && (strings.HasPrefix(reason, "Filesystem") || reason == "StagedDeviceReplaced") {
+			return true
+		}
+	}
+	return false
 }
 
 // bounced counts healthy sessions that left LOGGED_IN within 5 s after
@@ -591,7 +674,11 @@ func (r *Report) failures(in Input) {
 	for _, ro := range r.ReadOnly {
 		if !ro.Explained {
 			r.Failures = append(r.Failures, fmt.Sprintf("%s read-only at %s (%s) with every path down for at most %.0fs, within its %.0fs queueing window",
-				ro.Volume, ro.At.Format("15:04:05.000"), ro.Source, ro.AllDown, ro.Window))
+				ro.Volume, ro.From.Format("15:04:05.000"), ro.Source, ro.AllDown, ro.Window))
+		}
+		if ro.Unreported {
+			r.Failures = append(r.Failures, fmt.Sprintf("%s read-only from %s until its restage at %s, and pathmend reported it %s",
+				ro.Volume, ro.From.Format("15:04:05.000"), ro.To.Format("15:04:05.000"), ro.Reported))
 		}
 	}
 	for _, o := range in.Orphans {
@@ -663,6 +750,9 @@ func timeline(in Input, heals []Heal) []Event {
 	}
 	for _, ro := range in.ReadOnly {
 		add(ro.At, "%s read-only (%s)", ro.Volume, ro.Source)
+	}
+	for _, rec := range in.Recoveries {
+		add(rec.At, "restage of %s (%s); pathmend reported it %s", rec.Volume, rec.Why, rec.Reported)
 	}
 	ev = append(ev, in.Kernel...)
 	sort.SliceStable(ev, func(i, j int) bool { return ev[i].At.Before(ev[j].At) })

@@ -115,6 +115,47 @@ func TestBuild_ReadOnlyAgainstTheWindow(t *testing.T) {
 	}
 }
 
+// Signs of a read-only filesystem make one window per volume until the
+// restage that ends it; a sign after the restage opens another. Each
+// window is counted for its volume, explained or not, and one ended by a
+// restage before which pathmend named no filesystem condition (nor a
+// replaced device) is unreported: a failure.
+func TestBuild_ReadOnlyWindowsPerVolume(t *testing.T) {
+	tr := observe.NewTracker([]observe.VolumeSpec{volA})
+	tr.Add(sample(0, true, true))
+	tr.Add(sample(10, false, false))
+	tr.Add(sample(80, true, true))
+	tr.Add(sample(100, false, false))
+	tr.Add(sample(170, true, true))
+	in := input(tr)
+	in.ReadOnly = []ReadOnly{
+		{Volume: "vol-a", At: at(75), Source: "kernel: EXT4-fs (nvme0n1): Remounting filesystem read-only"},
+		{Volume: "vol-a", At: at(76), Source: "a write failed with EROFS"},
+		{Volume: "vol-a", At: at(168), Source: "a write failed with EROFS"},
+	}
+	in.Recoveries = []Recovery{
+		{Volume: "vol-a", At: at(85), Why: "recover: its filesystem is read-only", Reported: "INACCESSIBLE FilesystemReadOnly"},
+		{Volume: "vol-a", At: at(175), Why: "recover: its filesystem is read-only", Reported: "DEGRADED PathsBelowExpected"},
+	}
+	r := Build(in)
+	if len(r.ReadOnly) != 2 {
+		t.Fatalf("windows = %+v", r.ReadOnly)
+	}
+	first, second := r.ReadOnly[0], r.ReadOnly[1]
+	if first.Signs != 2 || !first.To.Equal(at(85)) || !first.Explained || first.Unreported || first.Reported != "INACCESSIBLE FilesystemReadOnly" {
+		t.Errorf("first window = %+v", first)
+	}
+	if second.Signs != 1 || !second.Explained || !second.Unreported {
+		t.Errorf("second window = %+v", second)
+	}
+	if r.Volumes[0].ReadOnlyWindows != 2 || r.Volumes[0].ReadOnlyUnexplained != 0 || r.Checks.ReadOnlyUnreported != 1 || r.Pass {
+		t.Errorf("volume %+v, checks %+v, pass %v", r.Volumes[0], r.Checks, r.Pass)
+	}
+	if !reportsReadOnly("INACCESSIBLE NoLivePath, INACCESSIBLE StagedDeviceReplaced") || reportsReadOnly("HEALTHY") || reportsReadOnly("error: Unavailable") {
+		t.Errorf("reportsReadOnly")
+	}
+}
+
 func TestBuild_LatencyErrorWindowsAndHeals(t *testing.T) {
 	tr := observe.NewTracker([]observe.VolumeSpec{volA})
 	tr.Add(sample(0, true, true))

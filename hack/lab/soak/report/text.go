@@ -32,7 +32,8 @@ func (r Report) Text(w io.Writer) {
 	fmt.Fprintln(tw, "must be 0\tvalue")
 	fmt.Fprintf(tw, "data mismatches\t%d\n", r.Checks.DataMismatches)
 	fmt.Fprintf(tw, "teardowns of a live, healthy path\t%d\n", r.Checks.HealthyTeardowns)
-	fmt.Fprintf(tw, "read-only remounts no outage explains\t%d\n", r.Checks.ReadOnlyUnexplained)
+	fmt.Fprintf(tw, "read-only windows no outage explains\t%d\n", r.Checks.ReadOnlyUnexplained)
+	fmt.Fprintf(tw, "read-only windows pathmend did not report\t%d\n", r.Checks.ReadOnlyUnreported)
 	fmt.Fprintf(tw, "orphaned kernel objects at the end\t%d\n", r.Checks.Orphans)
 	tw.Flush()
 	for _, f := range r.Failures {
@@ -112,8 +113,17 @@ func (r Report) Text(w io.Writer) {
 			fmt.Fprintf(w, "  %s device replaced %s: %s → %s\n", v.ID, rp.At.Format("15:04:05.0"), rp.From, rp.To)
 		}
 	}
+	for _, v := range r.Volumes {
+		if v.ReadOnlyWindows > 0 {
+			fmt.Fprintf(w, "  %s: %d read-only window(s), %d explained, %d unexplained\n", v.ID, v.ReadOnlyWindows, v.ReadOnlyWindows-v.ReadOnlyUnexplained, v.ReadOnlyUnexplained)
+		}
+	}
 	for _, ro := range r.ReadOnly {
-		fmt.Fprintf(w, "  read-only: %s at %s (%s): every path down up to %.0fs, window %.0fs, explained %v\n", ro.Volume, ro.At.Format("15:04:05.0"), ro.Source, ro.AllDown, ro.Window, ro.Explained)
+		to := "the end of the run"
+		if !ro.To.IsZero() {
+			to = fmt.Sprintf("its restage at %s (pathmend reported %s)", ro.To.Format("15:04:05.0"), ro.Reported)
+		}
+		fmt.Fprintf(w, "  read-only: %s from %s (%s, %d signs) to %s: every path down up to %.0fs, window %.0fs, explained %v\n", ro.Volume, ro.From.Format("15:04:05.0"), ro.Source, ro.Signs, to, ro.AllDown, ro.Window, ro.Explained)
 	}
 	for _, td := range r.Unverifiable {
 		fmt.Fprintf(w, "  teardown not judged (a fault hit its path between the samples): %s %s, last seen healthy %s%s\n", td.Object.Name, td.Object.Endpoint, td.LastSeen.Format("15:04:05.000"), suffix(td.Verdict))
@@ -147,8 +157,8 @@ func (r Report) failureTimes() []time.Time {
 		ts = append(ts, td.NotSeen)
 	}
 	for _, ro := range r.ReadOnly {
-		if !ro.Explained {
-			ts = append(ts, ro.At)
+		if !ro.Explained || ro.Unreported {
+			ts = append(ts, ro.From)
 		}
 	}
 	for _, v := range r.Volumes {

@@ -64,8 +64,11 @@ type Stats struct {
 	Errors, Stalls, Findings []Event
 	// Dropped counts events past maxEvents per list.
 	Dropped int
-	// ReadOnly is when a write first failed with EROFS (zero: never).
-	ReadOnly time.Time
+	// ReadOnly is when a write to the current device first failed with
+	// EROFS (zero: never); ReadOnlyTimes every such first failure, one per
+	// device the worker was given (a restage gives it a new one).
+	ReadOnly      time.Time
+	ReadOnlyTimes []time.Time
 	// MaxOp is the slowest operation.
 	MaxOp time.Duration
 }
@@ -84,9 +87,11 @@ type Worker struct {
 	gen   uint64
 	ops   int
 
-	mu    sync.Mutex // guards dev, stats
+	mu    sync.Mutex // guards dev, stats, roSeen
 	dev   Device
 	stats Stats
+	// roSeen: a write to the current device failed with EROFS.
+	roSeen bool
 
 	// opMu is held for one operation; Swap takes it to exchange devices
 	// between operations.
@@ -119,6 +124,7 @@ func (w *Worker) Stats() Stats {
 	s.Errors = append([]Event(nil), s.Errors...)
 	s.Stalls = append([]Event(nil), s.Stalls...)
 	s.Findings = append([]Event(nil), s.Findings...)
+	s.ReadOnlyTimes = append([]time.Time(nil), s.ReadOnlyTimes...)
 	return s
 }
 
@@ -169,8 +175,10 @@ func (w *Worker) write(dev Device, i, gen uint64) error {
 	if err != nil {
 		w.stats.WriteErrors++
 		w.add(&w.stats.Errors, Event{At: start, Took: took, Op: OpWrite, Block: i, Err: err.Error()})
-		if errors.Is(err, syscall.EROFS) && w.stats.ReadOnly.IsZero() {
+		if errors.Is(err, syscall.EROFS) && !w.roSeen {
+			w.roSeen = true
 			w.stats.ReadOnly = start
+			w.stats.ReadOnlyTimes = append(w.stats.ReadOnlyTimes, start)
 		}
 	}
 	return err
@@ -240,6 +248,9 @@ func (w *Worker) Swap(ctx context.Context, dev Device) (Device, error) {
 	defer w.mu.Unlock()
 	old := w.dev
 	w.dev = dev
+	if dev != nil {
+		w.roSeen = false
+	}
 	if dev != nil && dev.Blocks() != w.model.Blocks() {
 		return old, fmt.Errorf("new device of %s has %d blocks, the model %d", w.cfg.Volume, dev.Blocks(), w.model.Blocks())
 	}

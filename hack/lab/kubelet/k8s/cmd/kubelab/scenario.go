@@ -114,6 +114,9 @@ func (l *Lab) scenario() error {
 			return l.stageFails(handles["nvme-empty"])
 		}},
 		{"pods deleted: kubelet unpublishes and unstages", func() error { return l.deletePods(handles) }},
+		{"NVMe ext4 filesystem error (ext4's own knob): kubelet shows FilesystemReadOnly in the pod's status; the pod replaced: checked (fsck -p), writable", func() error {
+			return l.filesystemError(handles["nvme-fs"])
+		}},
 		{"node clean: no controller, session, node record, map, mount or pathmend record left", l.nodeClean},
 	}
 	for _, s := range steps {
