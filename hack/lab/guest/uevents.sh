@@ -98,6 +98,12 @@ map_of() { ls /sys/block/"$1"/holders 2>/dev/null | head -n 1; }
 map_slaves_are() { [ -n "$1" ] && [ "$(ls /sys/block/"$1"/slaves 2>/dev/null | wc -l)" -eq "$2" ]; }
 disk_has_map() { [ -n "$(map_of "$1")" ]; }
 disk_has_no_map() { [ -z "$(map_of "$1")" ]; }
+two_disks_each() { disks_of_are "$1" 2 && disks_of_are "$2" 2; }
+first_disk_in_map() {
+	local d
+	d=$(iscsi_disks_of "$1" | head -n 1)
+	[ -n "$d" ] && disk_has_map "$d"
+}
 disk_gone() { [ ! -e "/sys/block/$1" ]; }
 no_sessions() { sessions_are 0; }
 
@@ -204,7 +210,7 @@ iscsi_catalogue() {
 	begin iscsi-login "iscsiadm -m node -T <iqn> -p 127.0.0.1:3260 --login (multipathd running)"
 	iscsi_login "$IQN" 127.0.0.1:3260 >/dev/null || die "login"
 	s1=$(iscsi_session_of "$IQN" 127.0.0.1:3260) || die "session"
-	end "$s1 LOGGED_IN, its disk in a map" sh -c "d=\$(ls /sys/class/iscsi_session/$s1/device/target*/*:*:*:*/block 2>/dev/null | head -n1); [ -n \"\$d\" ] && [ -n \"\$(ls /sys/block/\$d/holders)\" ]"
+	end "$s1 LOGGED_IN, its disk in a map" first_disk_in_map "$s1"
 	sd1=$(iscsi_disks_of "$s1" | head -n 1)
 	map=$(map_of "$sd1")
 
@@ -235,7 +241,7 @@ iscsi_catalogue() {
 	begin iscsi-lun-rescan "target: export LUN 1; iscsiadm -m session --rescan"
 	lio_lun_add "$IQN" 1 1 ue1 || die "lun 1"
 	timeout 60 iscsiadm -m session --rescan >/dev/null || die "rescan"
-	end "two disks on each session" sh -c "[ \$(ls /sys/class/iscsi_session/$s1/device/target*/*:*:*:*/block | wc -l) -eq 2 ] && [ \$(ls /sys/class/iscsi_session/$s2/device/target*/*:*:*:*/block | wc -l) -eq 2 ]"
+	end "two disks on each session" two_disks_each "$s1" "$s2"
 	lun1=
 	for x in $(iscsi_disks_of "$s2"); do [ "$x" != "$sd2" ] && lun1=$x; done
 	[ -n "$lun1" ] || die "LUN 1's disk on $s2"
