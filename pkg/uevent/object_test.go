@@ -48,9 +48,9 @@ func TestObjects_NamesEveryObjectOfThePath(t *testing.T) {
 
 func TestObject_Session(t *testing.T) {
 	for o, want := range map[uevent.Object]string{
-		{Kind: uevent.ISCSISession, Name: "session4"}:       "session4",
+		{Kind: uevent.ISCSISession, Name: "session4"}:         "session4",
 		{Kind: uevent.ISCSIConnection, Name: "connection4:0"}: "session4",
-		{Kind: uevent.NVMeController, Name: "nvme4"}:         "",
+		{Kind: uevent.NVMeController, Name: "nvme4"}:          "",
 	} {
 		if got := o.Session(); got != want {
 			t.Errorf("%v.Session() = %q, want %q", o, got, want)
