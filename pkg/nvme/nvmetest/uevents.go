@@ -33,7 +33,9 @@ func Uevents(old, new Topology, seq *uint64) []uevent.Event {
 		}
 		out = append(out, uevent.Event{Seq: *seq, Action: action, DevPath: devpath, Subsystem: subsystem, Env: env})
 	}
-	subsysPath := func(s Subsystem) string { return "/devices/virtual/nvme-subsystem/nvme-subsys" + strconv.Itoa(s.Instance) }
+	subsysPath := func(s Subsystem) string {
+		return "/devices/virtual/nvme-subsystem/nvme-subsys" + strconv.Itoa(s.Instance)
+	}
 	headPath := func(s Subsystem, ns Namespace) string {
 		return subsysPath(s) + "/nvme" + strconv.Itoa(s.Instance) + "n" + strconv.Itoa(ns.Head)
 	}
