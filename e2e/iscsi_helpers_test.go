@@ -156,7 +156,12 @@ func healUntil(t *testing.T, ctx context.Context, h *iscsi.SessionHealer, p *pat
 	for {
 		snap := readISCSI(t, p.sys)
 		recs, _ := p.recs.List()
-		reports := h.Tick(ctx, snap, recs, nil)
+		// One tick of the heal with its kicks run inline, with no lease:
+		// what the loop's iSCSI transport does with a target's job.
+		for _, iqn := range h.Plan(ctx, snap, recs, nil) {
+			h.Kick(ctx, iqn, nil)
+		}
+		reports := h.Settle(nil)
 		for _, r := range reports {
 			if r.Verdict != "" {
 				t.Logf("heal: %s %s %s %s kick=%s verdict=%s reason=%q err=%v", r.Session, r.Node.Portal, r.State, r.DownFor, r.Kick, r.Verdict, r.Reason, r.Err)

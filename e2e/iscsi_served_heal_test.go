@@ -45,8 +45,8 @@ func TestISCSI_ServedHealKicksAStuckSessionOfAStagedVolume(t *testing.T) {
 	if s := v.session(t, proxyPortal); s.ID != stuck.ID {
 		t.Fatalf("the stuck session is %s, staged as %s: something logged it out", s.ID, stuck.ID)
 	}
-	if hs := volumeHealth(t, v.node, id); len(hs) == 0 {
-		t.Errorf("volume health while a path is stuck: healthy, want degraded")
+	if hs := healthAfterTicks(t, v.node, v.logPath, id, time.Now()); len(hs) == 0 {
+		t.Errorf("volume health while a path is stuck, two ticks later: healthy, want degraded")
 	} else {
 		t.Logf("volume health while stuck: %s %s", hs[0].GetStatus(), hs[0].GetMessage())
 	}

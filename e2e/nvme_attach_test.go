@@ -71,6 +71,21 @@ func controllersOf(t *testing.T, nqn string) []string {
 	return out
 }
 
+// healthAfterTicks returns volume id's health once pathmend's log at
+// logPath shows two monitor ticks started after since. The first of them
+// read the kernel after since and wrote the node model before the second
+// began, so an answer from the model reflects the node as it was at since
+// or later, and an RPC that finds the volume's entry older than the bound
+// reads the volume's own objects then (docs/architecture.md: an answer is
+// never older than two ticks). The bound is counted in pathmend's ticks, as
+// every property in time is here: a loaded guest runs them late, not fewer
+// of them.
+func healthAfterTicks(t *testing.T, node csi.NodeClient, logPath, id string, since time.Time) []*csi.VolumeHealth_VolumeHealthEntry {
+	t.Helper()
+	waitTicks(t, logPath, since, 2)
+	return volumeHealth(t, node, id)
+}
+
 func volumeHealth(t *testing.T, node csi.NodeClient, id string) []*csi.VolumeHealth_VolumeHealthEntry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -219,8 +234,8 @@ func TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn(t *testing.T) {
 		_, err := fsys.Stat("class/nvme/" + lost)
 		return sysfs.IsNotExist(err)
 	})
-	if hs := volumeHealth(t, node, "vol-mon"); len(hs) == 0 || hs[0].GetStatus() != csi.VolumeHealthErrorType_DEGRADED {
-		t.Errorf("health with one path gone = %v, want DEGRADED", hs)
+	if hs := healthAfterTicks(t, node, logPath, "vol-mon", time.Now()); len(hs) == 0 || hs[0].GetStatus() != csi.VolumeHealthErrorType_DEGRADED {
+		t.Errorf("health with one path gone, two ticks later = %v, want DEGRADED", hs)
 	} else {
 		t.Logf("degraded: %s", hs[0].GetMessage())
 	}

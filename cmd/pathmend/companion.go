@@ -12,18 +12,17 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/companion"
 	"github.com/pathmend/pathmend/pkg/heal"
-	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/iscsi/iscsiheal"
 	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/monitor"
-	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/sysfs"
-	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // companionShared are the flags `pathmend companion` shares with serve:
@@ -125,11 +124,11 @@ func (c companionFlags) validate() error {
 	return nil
 }
 
-// runCompanionMode builds every seam once and runs the monitor with
-// companion mode's passes (the NVMe heal of learned subsystems, the
-// iSCSI heal of sessions no record names) and the metrics listener until
-// ctx ends. It never serves CSI, and never reconciles or repairs what the
-// node plugin's records name.
+// runCompanionMode builds every seam once and runs the loop in the
+// foreign scope — the NVMe heal of learned subsystems, the iSCSI heal of
+// sessions no record names — and the metrics listener until ctx ends. It
+// never serves CSI, and never reconciles or repairs what the node
+// plugin's records name.
 func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) error {
 	if err := errors.Join(c.validate(), cf.validate()); err != nil {
 		return err
@@ -139,7 +138,12 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 		return err
 	}
 	mode, store, m, policy, sys, clk, owner, connector := ns.mode, ns.store, ns.metrics, ns.policy, ns.sys, ns.clk, ns.owner, ns.connector
-	nv, err := newCompanionNVMe(c, cf, sys, owner, policy, connector, m, clk, true)
+	learner, err := newLearner(c, cf, sys)
+	if err != nil {
+		return err
+	}
+	nvmeTr, err := nvmeheal.New(nvmeheal.Config{Foreign: learner, Actions: cf.actions, ConnectTimeout: c.connectTimeout},
+		nvmeheal.Deps{SysFS: sys, Policy: policy, Connector: connector, Prober: nvmeheal.TCPProber{Timeout: 2 * time.Second}, Clock: clk})
 	if err != nil {
 		return err
 	}
@@ -157,22 +161,25 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 	}
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
 		Policy: policy, Scope: iscsi.HealForeign, Disabled: disabled, Threshold: c.iscsiStuckThreshold,
-		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Targets: owner, Now: clk.Now,
+		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Now: clk.Now,
 		Kicker: init, Prober: &iscsi.NetProber{}, Use: ns.use,
 	})
 	if err != nil {
 		return err
 	}
-	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout}, monitor.Deps{
-		SysFS: sys, Intents: notThePlugins{owner}, Policy: policy, Connector: connector,
-		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m, Clock: clk,
-		Sessions: passes{nv, withRecords{owner, newSessionHeal(healer, sys, m, clk)}},
+	iscsiTr, err := iscsiheal.New(iscsiheal.Deps{SysFS: sys, Healer: healer, Metrics: m, Clock: clk})
+	if err != nil {
+		return err
+	}
+	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, Scope: monitor.Scope{Foreign: true}}, monitor.Deps{
+		Intents: owner, Transports: []monitor.Transport{nvmeTr, iscsiTr}, Model: ns.model, Policy: policy,
+		Metrics: m, Clock: clk, SysFS: sys,
 	})
 	if err != nil {
 		return err
 	}
 	klog.InfoS("Companion mode started", "mode", mode, "nvmeReconnect", cf.actions.NVMeReconnect, "nvmeRepairs", cf.actions.NVMeRepairs,
-		"iscsiRelogin", cf.actions.ISCSIRelogin, "iscsidRestart", cf.actions.ISCSIRestart, "learned", len(nv.Learned()))
+		"iscsiRelogin", cf.actions.ISCSIRelogin, "iscsidRestart", cf.actions.ISCSIRestart, "learned", len(learner.Learned()))
 
 	// Until the context ends, whatever runs: with healing off and no
 	// metrics address there is nothing else to wait for.
@@ -182,70 +189,31 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 	}
 	if c.metricsAddress != "" {
 		tasks = append(tasks, task{"metrics", func(ctx context.Context) error {
-			return metrics.Serve(ctx, c.metricsAddress, m, tickCheck(mon, mode, 3*c.monitorInterval+c.connectTimeout))
+			return metrics.Serve(ctx, c.metricsAddress, m, tickCheck(ns.model, mode, 3*c.monitorInterval+c.connectTimeout))
 		}})
 	}
 	return runTasks(ctx, tasks)
 }
 
-// newCompanionNVMe builds companion mode's NVMe heal on the state dir's
-// learned store.
-func newCompanionNVMe(c serveConfig, cf companionFlags, sys sysfs.FS, owner *intent.Owner, policy *heal.Policy, connector nvme.Connector, m *metrics.Metrics, clk clock.Clock, defectGauge bool) (*companion.NVMe, error) {
+// newLearner builds the foreign scope's learned endpoints on the state
+// dir's learned store.
+func newLearner(c serveConfig, cf companionFlags, sys sysfs.FS) (*companion.Learner, error) {
 	learned, err := companion.NewStore(c.stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
-	return companion.NewNVMe(companion.Config{ForgetAfter: cf.forgetAfter, ConnectTimeout: c.connectTimeout, Actions: cf.actions, DefectGauge: defectGauge}, companion.Deps{
-		SysFS: sys, Intents: owner, Store: learned, Policy: policy, Connector: connector,
-		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Clock: clk, Metrics: m,
-	})
+	return companion.NewLearner(sys, learned, cf.forgetAfter)
 }
 
-// passes runs several per-tick passes in order as the monitor's one.
-type passes []monitor.SessionHealer
-
-func (p passes) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
-	for _, x := range p {
-		x.Tick(ctx, records, recordsErr)
-	}
-}
-
-// notThePlugins is the intent owner as companion mode's monitor sees it:
-// no records. The staged volumes are the node plugin's to heal (its own
-// monitor does); companion mode's passes read them only to leave their
-// targets alone. Leases are the owner's.
-type notThePlugins struct{ *intent.Owner }
-
-func (notThePlugins) Scan() (volume.Listing, error) { return volume.Listing{}, nil }
-
-// withRecords gives a pass the node plugin's records, read from the
-// owner, in place of the (empty) ones the monitor passes.
-type withRecords struct {
-	owner *intent.Owner
-	pass  monitor.SessionHealer
-}
-
-func (w withRecords) Tick(ctx context.Context, _ []volume.Record, _ error) {
-	l, err := w.owner.Scan()
-	if err == nil && len(l.Unreadable) > 0 {
-		// A record that cannot be read may name any session's target.
-		err = l.Err()
-	}
-	if err != nil {
-		klog.ErrorS(err, "Staged-volume records could not all be read; the companion's iSCSI pass is skipped this tick")
-		return
-	}
-	w.pass.Tick(ctx, l.Records, nil)
-}
-
-// tickCheck is companion mode's /healthz: the monitor finished a tick
-// within maxAge (unless healing is off). There is no CSI server to probe.
-func tickCheck(mon *monitor.Monitor, mode heal.Mode, maxAge time.Duration) metrics.HealthCheck {
+// tickCheck is companion mode's /healthz, and serve's after its Probe:
+// the loop finished a tick within maxAge, as the node model says (unless
+// healing is off). There is no CSI server to probe.
+func tickCheck(m *model.Model, mode heal.Mode, maxAge time.Duration) metrics.HealthCheck {
 	return func(context.Context) error {
 		if mode == heal.ModeOff {
 			return nil
 		}
-		last := mon.LastTick()
+		last := m.Snapshot().Ticked
 		if last.IsZero() {
 			return errors.New("monitor has not finished a tick yet")
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -18,7 +19,7 @@ import (
 // flags: the state dir's store and the intent owner over it, the heal
 // policy, the rooted sysfs reader, the bounded writer of the kernel
 // attributes that can block, the fabrics connector (which writes through
-// it), the metrics and the clock. Each process builds them once.
+// it), the metrics, the clock and the node model. Each process builds them once.
 type nodeSeams struct {
 	mode      heal.Mode
 	store     *volume.Store
@@ -32,6 +33,9 @@ type nodeSeams struct {
 	// use reads whether a block device is in use on the node, from sysfs
 	// and the host's mount table (--host-mountinfo).
 	use *blockuse.Reader
+	// model is the node model the loop keeps and every health answer
+	// reads.
+	model *model.Model
 }
 
 // newNodeSeams builds the seams from flags c.validate has accepted.
@@ -58,6 +62,7 @@ func newNodeSeams(c serveConfig) (*nodeSeams, error) {
 		mode: mode, store: store, metrics: m, policy: policy, sys: sys, writer: writer, clk: clk, owner: owner,
 		connector: fabrics.NewConnector(c.devRoot, writer),
 		use:       blockuse.New(sys, mountTable(c.hostMountInfo)),
+		model:     model.New(),
 	}, nil
 }
 

@@ -12,15 +12,18 @@ import (
 	mount "k8s.io/mount-utils"
 	"k8s.io/utils/exec"
 
+	"github.com/pathmend/pathmend/pkg/companion"
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/iscsi"
-	"github.com/pathmend/pathmend/pkg/iscsi/attach"
+	iscsiattach "github.com/pathmend/pathmend/pkg/iscsi/attach"
+	"github.com/pathmend/pathmend/pkg/iscsi/iscsiheal"
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/monitor"
 	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -78,7 +81,7 @@ func defaultServeConfig() serveConfig {
 		shutdownTimeout: 30 * time.Second,
 		monitorInterval: 3 * time.Second,
 		connectTimeout:  10 * time.Second,
-		backoffMax:      monitor.DefaultBackoffMax,
+		backoffMax:      nvmeheal.DefaultBackoffMax,
 		attachTimeout:   15 * time.Second,
 		healGrace:       heal.DefaultGrace,
 		healCooldown:    heal.DefaultCooldown,
@@ -186,8 +189,9 @@ func parseScope(s string) (heal.Scope, error) {
 	return 0, fmt.Errorf("%q: want controller or subsystem", s)
 }
 
-// serve builds every OS seam once, wires the driver, the monitor and the
-// metrics listener, and runs them until ctx ends.
+// serve builds every OS seam once, wires the transports, the driver,
+// the loop and the metrics listener around one node model, and runs them
+// until ctx ends.
 func serve(ctx context.Context, c serveConfig) error {
 	if err := c.validate(); err != nil {
 		return err
@@ -201,8 +205,19 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("NVMe host identity: %w", err)
 	}
+	var learner *companion.Learner
+	if c.healForeign {
+		if learner, err = newLearner(c, c.foreign, sys); err != nil {
+			return err
+		}
+	}
+	nvmeTr, err := nvmeheal.New(nvmeheal.Config{Owned: true, Foreign: learner, Actions: c.foreign.actions, ConnectTimeout: c.connectTimeout, BackoffMax: c.backoffMax},
+		nvmeheal.Deps{SysFS: sys, Policy: policy, Connector: connector, Host: host, Prober: nvmeheal.TCPProber{Timeout: 2 * time.Second}, Clock: clk})
+	if err != nil {
+		return err
+	}
 	nvmeAtt, err := nvmeattach.NewAttacher(nvmeattach.AttacherConfig{
-		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Policy: policy, Clock: clk,
+		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Mender: nvmeTr, Clock: clk,
 		AttachWait: c.attachTimeout, ConnectTimeout: c.connectTimeout,
 	})
 	if err != nil {
@@ -219,16 +234,19 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	healInit := stageInit.WithExec(m.CountingExec(ex))
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
 		Policy: policy, Scope: iscsi.HealScope(c.iscsiHealScope), Threshold: c.iscsiStuckThreshold,
-		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Targets: owner, Now: clk.Now,
-		Kicker: healInit, Use: ns.use, Prober: &iscsi.NetProber{},
+		RestartCooldown: c.iscsidRestartCooldown, Stamps: store, Now: clk.Now,
+		Kicker: stageInit.WithExec(m.CountingExec(ex)), Use: ns.use, Prober: &iscsi.NetProber{},
 	})
 	if err != nil {
 		return err
 	}
-	iscsiAtt, err := attach.NewAttacher(attach.AttacherConfig{
+	iscsiTr, err := iscsiheal.New(iscsiheal.Deps{SysFS: sys, Healer: healer, Metrics: m, Clock: clk})
+	if err != nil {
+		return err
+	}
+	iscsiAtt, err := iscsiattach.NewAttacher(iscsiattach.AttacherConfig{
 		Sys: sys, Writer: ns.writer, DevRoot: c.devRoot, Initiator: stageInit, Clocks: healer, NoMultipathd: c.noMultipathd, Clock: clk,
 	})
 	if err != nil {
@@ -242,25 +260,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	staged := &driverStaged{}
-	sessions := newSessionHeal(healer, sys, m, clk)
-	var pass monitor.SessionHealer = sessions
-	if c.healForeign {
-		nv, err := newCompanionNVMe(c, c.foreign, sys, owner, policy, connector, m, clk, false)
-		if err != nil {
-			return err
-		}
-		pass = passes{nv, sessions}
-	}
-	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, ConnectTimeout: c.connectTimeout, BackoffMax: c.backoffMax}, monitor.Deps{
-		SysFS: sys, Intents: owner, Reconciler: reconciler, Policy: policy, Connector: connector, Host: host,
-		Prober: monitor.TCPProber{Timeout: 2 * time.Second}, Metrics: m, Clock: clk,
-		Sessions: pass,
-		Staged:   staged,
-	})
-	if err != nil {
-		return err
-	}
+	loop := monitor.Config{Interval: c.monitorInterval, Scope: monitor.Scope{Owned: true, Foreign: c.healForeign}}
 	d, err := driver.New(driver.Config{
 		DriverName:        c.driverName,
 		Version:           version,
@@ -271,29 +271,34 @@ func serve(ctx context.Context, c serveConfig) error {
 		HealMode:          mode,
 		DefaultFSType:     c.defaultFSType,
 		KubeletRoot:       c.kubeletRoot,
+		HealthBound:       loop.Bound(),
 	}, driver.Deps{
 		SysFS:   sys,
 		Intents: owner,
 		Mounter: mounter,
 		Exec:    ex,
 		Attachers: map[volume.Transport]driver.Attacher{
-			volume.TransportNVMeTCP: withMonitorNotes{Attacher: nvmeAtt, mon: mon},
+			volume.TransportNVMeTCP: nvmeAtt,
 			volume.TransportISCSI:   iscsiAtt,
 		},
-		Now: clk.Now,
-		NodeConditions: func() []volume.Condition {
-			return append(mon.NodeConditions(), sessions.conditions()...)
-		},
+		Now:   clk.Now,
+		Model: ns.model,
 	})
 	if err != nil {
 		return err
 	}
-	staged.d = d // before the monitor runs
+	mon, err := monitor.New(loop, monitor.Deps{
+		Intents: owner, Transports: []monitor.Transport{nvmeTr, iscsiTr}, Model: ns.model, Policy: policy,
+		Reconciler: reconciler, Metrics: m, Clock: clk, SysFS: sys, Staged: d.StagedDevices,
+	})
+	if err != nil {
+		return err
+	}
 
 	var check metrics.HealthCheck
 	if c.metricsAddress != "" {
 		var closeCheck func()
-		check, closeCheck, err = healthCheck(c.endpoint, mon, mode, 3*c.monitorInterval+c.connectTimeout)
+		check, closeCheck, err = healthCheck(c.endpoint, ns.model, mode, 3*c.monitorInterval+c.connectTimeout)
 		if err != nil {
 			return err
 		}

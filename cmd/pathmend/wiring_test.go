@@ -10,8 +10,12 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/iscsi"
+	"github.com/pathmend/pathmend/pkg/iscsi/iscsiheal"
 	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/monitor"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -33,7 +37,7 @@ func (k noKicks) Logout(context.Context, iscsi.Node, iscsi.SessionID) error {
 }
 func (k noKicks) RestartDaemon(context.Context) error { k.t.Error("restart"); return nil }
 
-// The session heal as the monitor runs it, on the real FREE capture with
+// The session heal as the loop runs it, through the iSCSI transport, on the real FREE capture with
 // the process's observe-mode policy: the down session is a SessionDown
 // defect in pathmend_defects, and once past the threshold its observed
 // verdict counts in pathmend_repairs_total like an NVMe heal verdict.
@@ -50,17 +54,36 @@ func TestSessionHeal_VerdictsCountLikeTheNVMeHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	s := newSessionHeal(healer, sysfs.New(sysRoot(t, "iscsi-session-free")), m, clk)
+	sys := sysfs.New(sysRoot(t, "iscsi-session-free"))
+	tr, err := iscsiheal.New(iscsiheal.Deps{SysFS: sys, Healer: healer, Metrics: m, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, _, err := volume.Parse(map[string]string{"transport": "iscsi", "iqn": "iqn.2024-01.io.pathmend.lab:lost", "portals": labPortals, "lun": "0"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := []volume.Record{{VolumeID: "pv-lost", State: volume.StateStaged, Context: c, Device: "/dev/sda"}}
+	store, err := volume.NewStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(volume.Record{VolumeID: "pv-lost", State: volume.StateStaged, Context: c, Device: "/dev/sda", StagingPath: "/staging/pv-lost", AccessType: volume.AccessBlock}); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := intent.New(intent.Config{}, intent.Deps{Store: store, Clock: clk, Runner: func(f func()) { f() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := monitor.New(monitor.Config{}, monitor.Deps{Intents: owner, Transports: []monitor.Transport{tr}, Model: model.New(),
+		Policy: policy, Metrics: m, Clock: clk, SysFS: sys, PathExists: func(string) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 
-	s.Tick(ctx, recs, nil)
+	s.Tick(ctx)
 	clk.Step(time.Second)
-	s.Tick(ctx, recs, nil)
+	s.Tick(ctx)
 	const defects = `
 # HELP pathmend_defects Defects found by the last diagnosis, by transport and kind.
 # TYPE pathmend_defects gauge
@@ -73,7 +96,7 @@ pathmend_defects{kind="SessionDown",transport="iscsi"} 1
 		t.Errorf("%d repairs_total series before the threshold", n)
 	}
 	clk.Step(45 * time.Second)
-	s.Tick(ctx, recs, nil)
+	s.Tick(ctx)
 	const repairs = `
 # HELP pathmend_repairs_total Heal verdicts by transport, defect kind, scope, verdict (repaired, observed, deferred, refused, failed) and reason class.
 # TYPE pathmend_repairs_total counter

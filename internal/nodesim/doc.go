@@ -1,8 +1,10 @@
 // Package nodesim is test support only: a deterministic simulation of one
 // node. It runs the real driver, intent owner, record store, NVMe and
-// iSCSI attachers, monitor with its heal policy, iSCSI session heal and
-// reconciliation over the fake NVMe kernel (pkg/nvme/nvmetest, changed in
-// place as sysfs is) and the fake iSCSI host (pkg/iscsi/iscsitest),
+// iSCSI attachers, and the loop (pkg/monitor) with both transports, their
+// heal policy, the iSCSI session heal and the reconciliation, keeping the
+// node model the driver's health answers read, over the fake NVMe kernel
+// (pkg/nvme/nvmetest, changed in place as sysfs is) and the fake iSCSI
+// host (pkg/iscsi/iscsitest),
 // inside a testing/synctest bubble, under a scheduler that decides every
 // interleaving from a seed.
 //
@@ -45,7 +47,13 @@
 // because its device is in use may keep what it has), every controller is
 // live, every staged volume has all its paths, no record is left
 // detaching, and one left attaching is in use. Throughout: no CHAP secret
-// in any log line, at klog's most verbose level.
+// in any log line, at klog's most verbose level; and between steps,
+// kubelet's health probes (from a random stream of their own, so a seed's
+// scheduling decisions are what they were without them) ask
+// NodeGetVolumeHealth of every volume, and every answer must be what a
+// fresh read of the node gives at that moment (the same statuses, reasons
+// and live paths) or the node model's entry of the volume, read at most
+// the loop's bound (two ticks) ago.
 //
 //	go test ./internal/nodesim -run 'TestSimulation$' -schedules=N [-steps=S] [-first=F] [-seed=X] [-trace]
 //	make sim [SIM_SCHEDULES=N] [SIM_STEPS=S] [SIM_FIRST=F]

@@ -15,11 +15,14 @@ import (
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/iscsi/attach"
+	"github.com/pathmend/pathmend/pkg/iscsi/iscsiheal"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/monitor"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -36,6 +39,7 @@ type process struct {
 	owner   *intent.Owner
 	drv     *driver.Driver
 	mon     *monitor.Monitor
+	model   *model.Model
 	iscsi   *attach.Attacher
 	actors  atomic.Int32
 	mounter *seamMounter
@@ -71,8 +75,14 @@ func (s *sim) start() *process {
 		panic(err)
 	}
 	conn := seamConnector{s.kernel, p}
+	nvmeTr, err := nvmeheal.New(nvmeheal.Config{Owned: true}, nvmeheal.Deps{
+		SysFS: s.kernel.FS(), Policy: policy, Connector: conn, Host: host, Prober: reachable{}, Clock: s.clk,
+	})
+	if err != nil {
+		panic(err)
+	}
 	nvmeAtt, err := nvmeattach.NewAttacher(nvmeattach.AttacherConfig{
-		SysFS: s.kernel.FS(), DevRoot: "/dev", Connector: conn, Host: host, Policy: policy,
+		SysFS: s.kernel.FS(), DevRoot: "/dev", Connector: conn, Host: host, Mender: nvmeTr,
 		AttachWait: time.Second, Poll: 50 * time.Millisecond,
 	})
 	if err != nil {
@@ -113,26 +123,33 @@ func (s *sim) start() *process {
 		panic(err)
 	}
 	healer, err := iscsi.NewSessionHealer(iscsi.HealerConfig{
-		Policy: policy, Threshold: 45 * time.Second, Kicker: in, Prober: reachable{}, Targets: p.owner, Now: s.clk.Now,
+		Policy: policy, Threshold: 45 * time.Second, Kicker: in, Prober: reachable{}, Now: s.clk.Now,
 	})
 	if err != nil {
 		panic(err)
 	}
-	p.mon, err = monitor.New(monitor.Config{}, monitor.Deps{
-		SysFS: s.kernel.FS(), Intents: p.owner, Reconciler: rec, Policy: policy, Connector: conn, Host: host,
-		Prober: reachable{}, Clock: s.clk, PathExists: func(string) bool { return true },
-		Sessions: sessionHeal{healer, iscsi.NewReader(sysfs.New(s.host.Sys)), s.clk},
-	})
+	iscsiTr, err := iscsiheal.New(iscsiheal.Deps{SysFS: sysfs.New(s.host.Sys), Healer: healer, Clock: s.clk})
 	if err != nil {
 		panic(err)
 	}
-	p.drv, err = driver.New(driver.Config{DriverName: "csi.pathmend.io", Version: "sim", NodeID: "node-1", HealMode: heal.ModeRepair, DefaultFSType: "ext4"},
+	p.model = model.New()
+	loop := monitor.Config{}
+	p.drv, err = driver.New(driver.Config{DriverName: "csi.pathmend.io", Version: "sim", NodeID: "node-1", HealMode: heal.ModeRepair, DefaultFSType: "ext4",
+		HealthBound: loop.Bound()},
 		driver.Deps{
 			SysFS: s.kernel.FS(), Intents: p.owner, Exec: tools,
 			Mounter:   &mount.SafeFormatAndMount{Interface: p.mounter, Exec: tools},
 			Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: nvmeAtt, volume.TransportISCSI: p.iscsi},
 			Now:       s.clk.Now,
+			Model:     p.model,
 		})
+	if err != nil {
+		panic(err)
+	}
+	p.mon, err = monitor.New(loop, monitor.Deps{
+		Intents: p.owner, Reconciler: rec, Policy: policy, Transports: []monitor.Transport{nvmeTr, iscsiTr}, Model: p.model,
+		Clock: s.clk, SysFS: s.kernel.FS(), PathExists: func(string) bool { return true },
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -149,22 +166,6 @@ func (reachable) Reachable(context.Context, string) error { return nil }
 
 func (reachable) Probe(context.Context, volume.Endpoint) iscsi.Reachability {
 	return iscsi.Reachability{ICMP: iscsi.ICMPReply}
-}
-
-// sessionHeal is the iSCSI session heal in the monitor's tick, as serve
-// wires it: one Reader kept across ticks, the healer's decisions.
-type sessionHeal struct {
-	healer *iscsi.SessionHealer
-	reader *iscsi.Reader
-	clock  interface{ Now() time.Time }
-}
-
-func (h sessionHeal) Tick(ctx context.Context, records []volume.Record, recordsErr error) {
-	snap, err := h.reader.Read(h.clock.Now())
-	if err != nil {
-		panic(err)
-	}
-	h.healer.Tick(ctx, snap, records, recordsErr)
 }
 
 // seamStore makes every record write a seam.

@@ -78,9 +78,11 @@ type parked struct {
 
 // sim is one schedule.
 type sim struct {
-	t        *testing.T
-	seed     uint64
-	rng      *rand.Rand
+	t    *testing.T
+	seed uint64
+	rng  *rand.Rand
+	// probes decides kubelet's health probes (probeHealth).
+	probes   *rand.Rand
 	clk      *clocktesting.FakeClock
 	kernel   *nvmetest.Kernel
 	nvme     *nvme.Reader // the scheduler's reader of the NVMe tree
@@ -176,7 +178,7 @@ func scratch(t *testing.T) string {
 
 func newSim(t *testing.T, seed uint64, st *stats) *sim {
 	dir := scratch(t)
-	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
+	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), probes: rand.New(rand.NewPCG(seed, 0x2545f4914f6cdd1d)),
 		clk: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), mounts: newMounts(),
 		stateDir: filepath.Join(dir, "state"), root: dir, wake: make(chan struct{}, 1),
 		live: map[string]counted{}, stats: st, dirty: true, recCacheAt: -1}
@@ -450,6 +452,13 @@ func (s *sim) crashNow() {
 func (s *sim) step() {
 	n := s.settle()
 	s.check()
+	// kubelet's health probes come from a stream of their own, so that the
+	// scheduling decisions of a seed stay what they were without them.
+	if s.probes.IntN(3) == 0 {
+		for _, v := range s.vols {
+			s.probeHealth(v)
+		}
+	}
 	switch x := s.rng.IntN(100); {
 	case x < 3 && (n > 0 || s.proc.actors.Load() > 0):
 		if n == 0 {

@@ -1,7 +1,11 @@
-// Package companion is companion mode: pathmend healing the NVMe-oF/TCP
-// subsystems another CSI driver connected, beside that driver's node
-// plugin. (The iSCSI half is the session heal of pkg/iscsi with scope
-// foreign; this package holds what NVMe needs on top of the monitor.)
+// Package companion holds what the loop's foreign scope expects of the
+// NVMe-oF/TCP subsystems another CSI driver connected, beside that
+// driver's node plugin: the endpoints it learned and the options to
+// connect them again. It has no loop or tick of its own: `pathmend
+// companion` is the loop of pkg/monitor in the foreign scope, whose NVMe
+// transport (pkg/nvme/nvmeheal) calls Learn with each tick's read and
+// heals what was learned; the iSCSI half is the session heal of pkg/iscsi
+// with scope foreign.
 //
 // # What it owns
 //
@@ -22,7 +26,9 @@
 // Learned subsystems are files under <state-dir>/learned (Store): one per
 // NQN, versioned (LearnedVersion), written atomically with mode 0600, and
 // only on a change (never once per tick). A file this pathmend cannot read
-// — a newer version, corrupt — blocks its subsystem (fail closed).
+// — a newer version, corrupt — blocks its subsystem (fail closed). The
+// Learner keeps them in memory between ticks, and records what the
+// transport tore down (MarkTornDown) and connected again (Reconnected).
 //
 // # The rule: the kernel gave up, or someone disconnected
 //
@@ -49,24 +55,26 @@
 //
 // NoNamespace, ControllerNotContributing, AmbiguousHead and StaleEndpoint
 // are diagnosed by nvme.Inspect as for staged volumes, and decided by the
-// same heal.Policy. Every namespace counts as in use (pathmend cannot see
-// another driver's workloads): a teardown that would leave any namespace
-// of the subsystem with no usable path, or remove its last leg, is
-// refused as co_tenants (strand). What a repair tears down is marked and
-// connected again with the learned options.
+// same heal.Policy, in the NVMe transport's one job. Every namespace
+// counts as in use (pathmend cannot see another driver's workloads):
+// Strand makes a teardown that would leave any namespace of the
+// subsystem with no usable path, or remove its last leg, refused as
+// co_tenants. What a repair tears down is marked and connected again
+// with the learned options.
 //
 // # One owner per kernel object
 //
 // A target (subsystem NQN, iSCSI IQN) any staged-volume record of the
 // node plugin names, in any state — or that an unreadable record file
 // may belong to — is the plugin's; every other one is companion mode's.
-// Both read the same state dir. The companion's monitor plans from no
-// records (the plugin's own monitor heals its volumes), and every action
-// runs as a job under the target's lease, which re-reads the records
-// first: a NodeStage that wrote its attaching record after the tick
-// planned wins, and the job does nothing (owned_by_node_plugin). When the
-// node plugin runs the NVMe pass itself (serve --heal-foreign), the lease
-// is the same in-process one its RPCs take.
+// Both read the same state dir (Owner). The foreign scope plans only the
+// targets no record names (the plugin's own loop heals its volumes), and
+// every action runs as a job under the target's lease, which re-reads
+// the records first: a NodeStage that wrote its attaching record after
+// the tick planned wins, and the job does nothing (owned_by_node_plugin).
+// When the node plugin covers the foreign scope itself (serve
+// --heal-foreign), the lease is the same in-process one its RPCs take,
+// and such a target is healed as the plugin's from then on.
 //
 // # Actions
 //
@@ -82,6 +90,6 @@
 //     kernel or torn down by a companion repair; never one someone
 //     disconnected while it was live.
 //   - Secrets never reach a file, a log line or an error.
-//   - The package starts no goroutine; jobs run through the intent
-//     owner's runner, time comes from the injected clock.
+//   - The package starts no goroutine and has no loop; time comes with
+//     the calls.
 package companion

@@ -44,17 +44,17 @@ type Reconnect struct {
 // and the endpoints it would connect again. Owned lists the learned
 // subsystems it leaves to the node plugin.
 func Plan(host *nvme.Host, learned []Subsystem, records volume.Listing, p *heal.Policy) (outs []heal.Outcome, reconnects []Reconnect, owned []string) {
-	own := ownerOf(records)
+	own := OwnerOf(records)
 	mine := map[string]bool{}
 	for _, s := range learned {
-		if own.owns(s.NQN) {
+		if own.Owns(s.NQN) {
 			owned = append(owned, s.NQN)
 			continue
 		}
 		mine[s.NQN] = true
 		for _, e := range s.Endpoints {
 			present := slices.ContainsFunc(host.Controllers, func(c nvme.Controller) bool {
-				return c.SubsysNQN == s.NQN && goesTo(&c, e.Endpoint) && !c.State.Deleting()
+				return c.SubsysNQN == s.NQN && GoesTo(&c, e.Endpoint) && !c.State.Deleting()
 			})
 			if !e.WantsConnect() || present {
 				continue
@@ -68,16 +68,10 @@ func Plan(host *nvme.Host, learned []Subsystem, records volume.Listing, p *heal.
 	}
 	var defects []heal.Defect
 	for _, d := range nvme.Inspect(host, nil) {
-		if mine[defectNQN(host, d)] {
-			strand(host, &d)
+		if mine[nvme.TeardownNQN(host, d)] {
+			Strand(host, &d)
 			defects = append(defects, d)
 		}
 	}
 	return p.Plan(defects), reconnects, owned
-}
-
-// goesTo reports whether controller c may be a path to endpoint ep: it
-// goes there, or its address is unknown (it was not seen live) and it may.
-func goesTo(c *nvme.Controller, ep nvme.Endpoint) bool {
-	return c.AddressUnknown || c.Endpoint() == ep
 }

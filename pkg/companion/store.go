@@ -176,6 +176,9 @@ func (s *Store) Delete(nqn string) error {
 	return nil
 }
 
+// Path is the file subsystem nqn is learned in.
+func (s *Store) Path(nqn string) string { return filepath.Join(s.dir, learnedName(nqn)) }
+
 // learnedName is the file name of a subsystem: NQNs hold ':' and may be
 // long, so the name is the first 16 bytes of the SHA-256 of the NQN.
 func learnedName(nqn string) string {

@@ -14,7 +14,7 @@
 // one to use, and records the device that took its place.
 //
 // The node's intent is not its own: the intent owner (pkg/intent, shared
-// with the monitor and the iSCSI heal) admits one RPC per volume (a second
+// with the loop's jobs) admits one RPC per volume (a second
 // is Aborted), leases targets, and keeps the records. NodeStage writes an
 // attaching record under the target's lease before the first connect or
 // login and passes the target's co-tenants to the attach; NodeUnstage sets
@@ -36,7 +36,16 @@
 // volume is INACCESSIBLE, StagedDeviceReplaced, in health and storage
 // health, NodeGetVolumeStats answers FailedPrecondition, and NodeStage
 // restages it when no publication holds the old mount (restage.go).
-// NodeGetStorageHealth adds the node's conditions (Deps.NodeConditions).
+//
+// Health is read from the node model (pkg/model) the loop keeps: while a
+// volume's entry is at most Config.HealthBound old (the loop's bound, two
+// ticks), NodeGetVolumeHealth, the check of NodeGetVolumeStats and
+// NodeGetStorageHealth answer from it — its condition, the loop's notes,
+// the facts other packages added; an older or missing entry makes the
+// RPC read that volume's own kernel objects through its Attacher's Health
+// (its subsystem, or its target's sessions) and the mount table, never
+// the whole node, and leaves the model to the loop. NodeGetStorageHealth
+// adds the node's conditions from the model.
 //
 // Invariants: every argument is validated before the host is touched; a
 // request over a CSI limit reaches no handler; a failed NodeStage removes

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -36,6 +37,12 @@ type Config struct {
 	// DefaultFSType is formatted when a mount capability names no
 	// filesystem; ext4 when empty.
 	DefaultFSType string
+	// HealthBound is how old, at most, a volume's entry in the node model
+	// may be for the health RPCs to answer from it: the loop's bound (two
+	// ticks, monitor.Config.Bound). An older or missing entry makes the
+	// RPC read the volume's own kernel objects. Zero: never from the
+	// model.
+	HealthBound time.Duration
 	// KubeletRoot, when set, confines every path a request carries
 	// (staging, target and volume paths) to this directory and below:
 	// kubelet's root directory, /var/lib/kubelet by default. Empty
@@ -63,12 +70,13 @@ type Deps struct {
 	// MountInfo reads the mount table with each mount's device number;
 	// /proc/self/mountinfo when nil.
 	MountInfo func() ([]mount.MountInfo, error)
-	// NodeConditions, when set, adds the node-wide storage conditions the
-	// monitor saw in its last tick (targets and portals that do not
-	// answer, iSCSI sessions the heal cannot kick) to
-	// NodeGetStorageHealth. Degraded is reported as STORAGE_DEGRADED,
-	// Inaccessible as STORAGE_UNREACHABLE.
-	NodeConditions func() []volume.Condition
+	// Model, when set, is the node model the loop keeps: the health RPCs
+	// answer from it (Config.HealthBound), and NodeGetStorageHealth adds
+	// the node-wide conditions of the loop's last tick (targets and
+	// portals that do not answer, iSCSI sessions the heal cannot kick),
+	// Degraded as STORAGE_DEGRADED, Inaccessible as STORAGE_UNREACHABLE.
+	// Without it every health RPC reads its volume's own kernel objects.
+	Model *model.Model
 }
 
 // Driver serves the CSI Identity and Node services of one node.
@@ -128,6 +136,9 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		if deps.Attachers[t] == nil {
 			errs = append(errs, fmt.Errorf("no attacher for transport %q", t))
 		}
+	}
+	if cfg.HealthBound < 0 {
+		errs = append(errs, fmt.Errorf("health bound %s is negative", cfg.HealthBound))
 	}
 	if cfg.DefaultFSType == "" {
 		cfg.DefaultFSType = defaultFSType

@@ -23,6 +23,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/nvme"
 	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -136,7 +137,7 @@ func (n *node) start() {
 		t.Fatal(err)
 	}
 	n.nvmeAtt, err = nvmeattach.NewAttacher(nvmeattach.AttacherConfig{
-		SysFS: n.kernel.FS(), DevRoot: "/dev", Connector: n.kernel, Host: testHost, Policy: n.policy,
+		SysFS: n.kernel.FS(), DevRoot: "/dev", Connector: n.kernel, Host: testHost, Mender: n.mender(),
 		AttachWait: 300 * time.Millisecond, Poll: 5 * time.Millisecond,
 	})
 	if err != nil {
@@ -241,4 +242,15 @@ func nvmeVolumeContext(nsid uint32) map[string]string {
 // iscsiVolumeContext is LUN lun of the test target over both portals.
 func iscsiVolumeContext(lun int) map[string]string {
 	return map[string]string{"transport": "iscsi", "iqn": testIQN, "portals": "127.0.0.1,127.0.0.2", "lun": fmt.Sprint(lun)}
+}
+
+// mender is the NVMe transport whose repair step the attacher runs; its
+// waits run on the real clock, as the attacher's do.
+func (n *node) mender() *nvmeheal.Transport {
+	tr, err := nvmeheal.New(nvmeheal.Config{}, nvmeheal.Deps{SysFS: n.kernel.FS(), Policy: n.policy, Connector: n.kernel,
+		Prober: nvmeheal.TCPProber{Timeout: time.Millisecond}})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return tr
 }

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/monitor"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -226,9 +228,15 @@ func TestIntent_TickRacingAnUnstage(t *testing.T) {
 			t.Errorf("NodeUnstage(pv-1): %v", err)
 		}
 	}}
+	tr, err := nvmeheal.New(nvmeheal.Config{Owned: true}, nvmeheal.Deps{
+		SysFS: n.kernel.FS(), Policy: n.policy, Connector: n.kernel, Host: testHost, Prober: reachableProber{}, Clock: n.clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mon, err := monitor.New(monitor.Config{}, monitor.Deps{
-		SysFS: n.kernel.FS(), Intents: racing, Policy: n.policy, Connector: n.kernel, Host: testHost,
-		Prober: reachableProber{}, Clock: n.clk, PathExists: func(string) bool { return true },
+		SysFS: n.kernel.FS(), Intents: racing, Policy: n.policy, Transports: []monitor.Transport{tr}, Model: model.New(),
+		Clock: n.clk, PathExists: func(string) bool { return true },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,42 +9,65 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// volumeCondition is the health of one staged volume: its transport's view
-// of the paths, for filesystem access whether the staging mount is still
-// there, and whether what its users hold is still its device (a device
-// the kernel removed and re-created makes a staged volume inaccessible
-// however healthy its paths are).
-func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) volume.Condition {
+// volumeHealth is what the health RPCs know of one volume with a record:
+// its condition (its paths graded, or a device the kernel replaced under
+// its users, or a staging mount that is gone), the loop's notes about it
+// and the facts other packages added. It comes from the node model when
+// the volume's entry there was read at most Config.HealthBound ago (and
+// not before the volume was staged as it is now); else
+// from a read of the volume's own kernel objects only (its transport's
+// Health: its subsystem, or its target's sessions) and the mount table,
+// never the whole node. That read is not written into the model: the
+// loop is its writer, and the next tick does.
+func (d *Driver) volumeHealth(ctx context.Context, rec volume.Record) model.Volume {
 	if rec.AccessType == volume.AccessMount {
 		if mounted, err := isMountPoint(d.deps.Mounter, rec.StagingPath); err == nil && !mounted {
-			return volume.Condition{Status: volume.Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}
+			return model.Volume{Condition: volume.Condition{Status: volume.Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}}
+		}
+	}
+	var entry model.Volume
+	if d.deps.Model != nil {
+		// An entry read before the volume was staged as it is now (a
+		// restage onto the device that replaced the old one) is another
+		// staging's: not this one's answer.
+		e, ok := d.deps.Model.Snapshot().Volume(rec.VolumeID)
+		if ok && e.Scope == model.Owned && e.Target == rec.Target() && !e.ReadAt.Before(rec.StagedAt) {
+			entry = e
+			if d.cfg.HealthBound > 0 && e.Age(d.deps.Now()) <= d.cfg.HealthBound {
+				return e
+			}
 		}
 	}
 	att, err := d.attacher(rec.Context.Transport)
 	if err != nil {
-		return volume.Condition{Status: volume.Inaccessible, Reason: "UnknownTransport", Message: err.Error()}
+		return model.Volume{Condition: volume.Condition{Status: volume.Inaccessible, Reason: "UnknownTransport", Message: err.Error()}}
 	}
 	c := att.Health(ctx, rec)
 	if mounts, err := d.mounts(); err == nil {
 		if r, ok := d.replacedCondition(rec, mounts, c); ok {
-			return r
+			c = r
 		}
 	}
-	return c
+	return model.Volume{Condition: c, Notes: entry.Notes, Facts: entry.Facts}
 }
 
-func healthEntries(c volume.Condition) []*csi.VolumeHealth_VolumeHealthEntry {
-	msg := boundMessage(c.Message, maxHealthMessageBytes)
-	switch c.Status {
-	case volume.Degraded:
-		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: msg}}
-	case volume.Inaccessible:
-		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: msg}}
+// healthEntries are the entries of conditions cs, one per abnormal one.
+func healthEntries(cs []volume.Condition) []*csi.VolumeHealth_VolumeHealthEntry {
+	var out []*csi.VolumeHealth_VolumeHealthEntry
+	for _, c := range cs {
+		msg := boundMessage(c.Message, maxHealthMessageBytes)
+		switch c.Status {
+		case volume.Degraded:
+			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: msg})
+		case volume.Inaccessible:
+			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: msg})
+		}
 	}
-	return nil
+	return out
 }
 
 // NodeGetVolumeHealth reports the path health of a staged volume: DEGRADED
@@ -78,12 +101,12 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 			return nil, err
 		}
 	}
-	c := d.volumeCondition(ctx, rec)
-	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: healthEntries(c)}}, nil
+	v := d.volumeHealth(ctx, rec)
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: &csi.VolumeHealth{VolumeId: volumeID, HealthStatuses: healthEntries(v.Conditions())}}, nil
 }
 
 // Reasons of the node conditions NodeGetStorageHealth reports itself (the
-// monitor and the session heal add theirs through Deps.NodeConditions).
+// transports add theirs to the node model).
 const (
 	// ReasonRecordsUnreadable: some staged-volume records cannot be read;
 	// their volumes are neither checked nor healed.
@@ -96,7 +119,7 @@ const (
 // backend (an NVMe subsystem or an iSCSI target) with a staged volume on
 // this node, whether it is degraded or unreachable from here; targets or
 // portals that do not answer and iSCSI sessions the heal cannot kick (from
-// Deps.NodeConditions: the monitor's last tick); staged-volume records
+// the node model, as the loop's last tick wrote them); staged-volume records
 // that cannot be read; and the heal switched off. One entry per (status,
 // reason), its message naming what is affected and what to do (within
 // the 1024 bytes Kubernetes keeps: the entries that do not fit are
@@ -128,8 +151,9 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		affected[k] = append(affected[k], msg)
 	}
 	for _, rec := range recs {
-		c := d.volumeCondition(ctx, rec)
-		add(c, fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
+		for _, c := range d.volumeHealth(ctx, rec).Conditions() {
+			add(c, fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
+		}
 	}
 	if err := l.Err(); err != nil {
 		add(volume.Condition{Status: volume.Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("%d staged-volume record(s) cannot be read, so their volumes are neither checked nor healed and nothing of their targets is torn down: %v; see pathmend diagnose and docs/state.md (an unreadable record)", len(l.Unreadable), err))
@@ -137,8 +161,8 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 	if d.cfg.HealMode == heal.ModeOff {
 		add(volume.Condition{Status: volume.Degraded, Reason: ReasonHealOff}, "path healing is off on this node (--heal=off): pathmend neither reconnects nor repairs paths, and a path lost stays lost; run pathmend with --heal=repair, or --heal=observe to see what it would do")
 	}
-	if d.deps.NodeConditions != nil {
-		for _, c := range d.deps.NodeConditions() {
+	if d.deps.Model != nil {
+		for _, c := range d.deps.Model.Snapshot().Node() {
 			add(c, c.Message)
 		}
 	}

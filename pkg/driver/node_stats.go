@@ -108,10 +108,8 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, err
 	}
-	if att, err := d.attacher(rec.Context.Transport); err == nil {
-		if c, ok := d.replaced(ctx, rec, att); ok {
-			return nil, failedPrecondition("%s", c.Message)
-		}
+	if c := d.volumeHealth(ctx, rec).Condition; c.Reason == volume.ReasonStagedDeviceReplaced {
+		return nil, failedPrecondition("%s", c.Message)
 	}
 	if rec.AccessType == volume.AccessBlock {
 		size, err := blockDeviceSize(rec.Device)

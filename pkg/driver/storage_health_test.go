@@ -14,6 +14,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -21,7 +22,8 @@ import (
 // NodeGetStorageHealth reports the node's conditions with stable reasons:
 // HEALTHY (no entry) when none holds; the heal switched off; staged-volume
 // records that cannot be read (the readable ones still reported); and the
-// conditions the monitor saw (unreachable targets, stuck iSCSI sessions),
+// conditions the loop wrote into the node model (unreachable targets,
+// stuck iSCSI sessions),
 // one entry per (status, reason).
 func TestNodeGetStorageHealth_NodeConditions(t *testing.T) {
 	newDriver := func(t *testing.T, mode heal.Mode, conds func() []volume.Condition) (*driver.Driver, *volume.Store, string) {
@@ -38,7 +40,7 @@ func TestNodeGetStorageHealth_NodeConditions(t *testing.T) {
 			SysFS: sysfs.New(dir), Intents: ownerOf(t, store), Exec: utilexec.New(),
 			Mounter:   mount.NewSafeFormatAndMount(mount.NewFakeMounter(nil), utilexec.New()),
 			Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: fa, volume.TransportISCSI: fa},
-			MountInfo: func() ([]mount.MountInfo, error) { return nil, nil }, NodeConditions: conds,
+			MountInfo: func() ([]mount.MountInfo, error) { return nil, nil }, Model: nodeModel(conds),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -127,4 +129,14 @@ func TestNodeGetStorageHealth_NodeConditions(t *testing.T) {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
 	})
+}
+
+// nodeModel is a node model whose last tick saw the node's conditions
+// conds returns (none when nil).
+func nodeModel(conds func() []volume.Condition) *model.Model {
+	m := model.New()
+	if conds != nil {
+		m.Update(func(tx *model.Txn) { tx.SetNode("test", conds()) })
+	}
+	return m
 }

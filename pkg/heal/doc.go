@@ -8,8 +8,11 @@
 // transport.
 //
 // A Policy is built once per process and shared by attach-time repair, the
-// monitor and the iSCSI heal (which takes its mode from it and keeps its
-// login and relogin cooldowns in the same table through Left and Mark). For each Defect it decides, in this order:
+// loop's jobs and the iSCSI heal (which takes its mode from it and keeps
+// its login and relogin cooldowns in the same table through Left and
+// MarkAt). Backoff, the one per-key backoff of the process, spaces out the
+// retries that cost (an NVMe endpoint that does not answer). For each
+// Defect it decides, in this order:
 //
 //  1. off mode: nothing is diagnosed or decided;
 //  2. a scope above the configured cap is refused;

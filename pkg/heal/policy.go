@@ -162,6 +162,10 @@ func (p *Policy) Left(key string) (left, ago time.Duration) { return p.cooldown.
 // Mark starts key's cooldown now (a repair ran, whatever its result).
 func (p *Policy) Mark(key string) { p.cooldown.Mark(key) }
 
+// MarkAt starts key's cooldown at t: when a repair decided then began
+// (it may be recorded after it ran).
+func (p *Policy) MarkAt(key string, t time.Time) { p.cooldown.MarkAt(key, t) }
+
 // Heal decides on every defect, narrowest scope first, and in repair mode
 // runs the allowed teardowns through r. In off mode it returns nil and
 // touches nothing. A defect whose teardown overlaps paths an earlier repair

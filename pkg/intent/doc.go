@@ -6,7 +6,7 @@
 //
 // The Owner is the only code that reads and writes staged-volume records
 // (pkg/volume keeps the Record type and the atomic file Store below it).
-// NodeStage, NodeUnstage, the monitor's repairs and reconnects, the
+// NodeStage, NodeUnstage, the loop's repairs and reconnects, the
 // reconciliation of interrupted intents and the iSCSI session heal all go
 // through it:
 //
@@ -15,7 +15,7 @@
 //     the in-flight registry reconciliation consults;
 //   - per target (an NVMe subsystem NQN, an iSCSI target IQN: volume.Target),
 //     one lease shared by every actor, taken blocking (Lock, for RPCs) or
-//     not at all (TryLock, Go, for the monitor and the heal, which never
+//     not at all (TryLock, Go, for the loop's jobs, which never
 //     wait on a busy target). One target's holder never delays another:
 //     there is no node-wide lock, and a waiter blocks on a channel;
 //   - the record state machine: attaching is written under the lease

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
@@ -94,14 +98,6 @@ type Kicker interface {
 	RestartDaemon(ctx context.Context) error
 }
 
-// TargetJobs runs a kick with the lease of its target (*intent.Owner):
-// never during an attach, a detach or another actor's work on the target,
-// never waiting for a busy one, and off the tick (through the owner's
-// runner), so a 47-second login on one target delays no other.
-type TargetJobs interface {
-	Go(ctx context.Context, t volume.Target, holder string, job func(context.Context, *intent.Lease)) (started bool, busy string)
-}
-
 // Stamps remembers node-wide times across restarts of the process;
 // *volume.Store implements it in the state directory.
 type Stamps interface {
@@ -156,12 +152,6 @@ type HealerConfig struct {
 	// Stamps, when set, keeps the time of the last iscsid restart, so the
 	// restart budget survives a restart of pathmend.
 	Stamps Stamps
-	// Targets, when set, runs each login and relogin as a job with its
-	// target's lease; the job re-reads the target's records under it and
-	// does not log a portal back in that no staged volume lists any more
-	// (a volume detaching or gone). Its outcome is read by a later tick.
-	// Without it kicks run inside Tick.
-	Targets TargetJobs
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -215,9 +205,14 @@ type Report struct {
 
 // SessionHealer watches every iSCSI session on the node, tick after tick,
 // and kicks the ones stuck out of LOGGED_IN while their portal is
-// reachable. It never writes recovery_tmo. Build one per process and
-// call Tick from the monitor; it is safe for concurrent use (Tick calls
-// are serialized), and implements attach.SessionClocks through DownFor.
+// reachable. It never writes recovery_tmo. Build one per process; the
+// loop drives it through its transport (pkg/iscsi/iscsiheal) each tick:
+// Plan decides (and runs the node-wide iscsid restart), Kick runs the
+// logins and relogins planned for one target as that target's job, with
+// its lease, and Settle reads what became of them and returns the tick's
+// reports. Plan and Settle are called by one loop, one tick at a time;
+// Kick may run on any goroutine. It implements attach.SessionClocks
+// through DownFor.
 type SessionHealer struct {
 	cfg HealerConfig
 
@@ -232,10 +227,19 @@ type SessionHealer struct {
 	rejected map[string]error   // node key → the target's login rejection
 	owed     map[string]owed    // node key → logged out by a kick, not back
 
+	// round holds the reports of the tick between Plan and Settle, and
+	// planned the kicks Plan decided that Settle has not settled yet, by
+	// target.
+	round     []*Report
+	planned   map[string][]Report
+	plannedAt time.Time
+
 	// results are the outcomes of kicks run as target jobs, read by the
-	// next Tick; resMu guards them (a job never takes mu).
+	// next Settle or Plan; toRun are the planned kicks not yet taken by
+	// their target's job. resMu guards both (a job never takes mu).
 	resMu   sync.Mutex
 	results []kickResult
+	toRun   map[string][]Report
 }
 
 // owed is a node record a kick logged out and that has not been LOGGED_IN
@@ -257,7 +261,7 @@ type owed struct {
 // a Window of its own.
 type cooldowns interface {
 	Left(key string) (left, ago time.Duration)
-	Mark(key string)
+	MarkAt(key string, t time.Time)
 }
 
 // pending is a kick that ran and whose session is not LOGGED_IN yet.
@@ -348,31 +352,113 @@ func (h *SessionHealer) DownFor(id SessionID) (time.Duration, bool) {
 	return h.down.Held(sessionKey(id))
 }
 
-// Tick takes one look: snap is this tick's Read, records the staged
+// Plan takes one look: snap is this tick's Read, records the staged
 // volumes (any transport; non-iSCSI ones are ignored), recordsErr the
 // error of listing them when some could not be read: the readable ones
 // still set the scope, but no session is then logged out as if its disks
-// were unused (see ChooseKick). It updates the
-// clocks, probes the portals of down sessions, decides on each stuck one
-// (narrowest kick first, at most one iscsid restart) and, in repair mode,
-// kicks. It returns one Report per session and per absent portal of a
-// staged volume, sorted by target, portal and session. In off mode it
-// does nothing and returns nil. Every verdict is logged once at level 0.
-func (h *SessionHealer) Tick(ctx context.Context, snap *Snapshot, records []volume.Record, recordsErr error) []Report {
+// were unused (see ChooseKick). It updates the clocks, probes the portals
+// of down sessions, settles the kicks whose jobs ended, and decides on
+// each stuck one (narrowest kick first, at most one iscsid restart). In
+// repair mode the restart, which bounces every session of the node and
+// belongs to no target, runs here; the logins and relogins it allows are
+// planned for their target's job (Kick), and Plan returns those targets'
+// IQNs, sorted. Call Settle before the next Plan. In off mode it does
+// nothing.
+func (h *SessionHealer) Plan(ctx context.Context, snap *Snapshot, records []volume.Record, recordsErr error) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.round, h.planned = nil, map[string][]Report{}
 	if h.cfg.Mode == heal.ModeOff || snap == nil {
 		return nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	recs := iscsiRecords(records)
 	m := NewPortalMatcher(ctx, h.cfg.Resolver)
 	reports := h.observe(ctx, m, snap, recs)
 	h.probe(ctx, reports)
 	h.readResults(reports)
 	h.resolvePending(reports)
+	h.plannedAt = h.cfg.Now()
 	h.decide(ctx, snap, recs, recordsErr == nil, reports)
+	h.round = reports
+	h.resMu.Lock()
+	if h.toRun == nil {
+		h.toRun = map[string][]Report{}
+	}
+	for iqn, ks := range h.planned {
+		h.toRun[iqn] = append(h.toRun[iqn], ks...)
+	}
+	h.resMu.Unlock()
+	return slices.Sorted(maps.Keys(h.planned))
+}
+
+// Kick runs the logins and relogins Plan planned for target iqn, once:
+// the target's job. With lease (iqn's), each kick is first checked
+// against the target's records under it: a login of an absent portal is
+// run only while a staged volume lists it, a relogin only while some
+// volume of the target is not detaching (stillWanted). Its outcomes are
+// read by Settle, or by the next Plan when it ends later.
+func (h *SessionHealer) Kick(ctx context.Context, iqn string, lease *intent.Lease) {
+	h.resMu.Lock()
+	kicks := h.toRun[iqn]
+	delete(h.toRun, iqn)
+	h.resMu.Unlock()
+	for _, kr := range kicks {
+		klog.FromContext(ctx).V(2).Info("Kicking iSCSI session", "session", kr.Session.String(), "target", kr.Node.Target, "portal", kr.Node.Portal.String(), "kick", kr.Kick)
+		res := kickResult{key: kr.Node.key(), node: kr.Node}
+		why := ""
+		if lease != nil {
+			why = stillWanted(ctx, h.cfg.Resolver, h.cfg.Scope, lease, kr)
+		}
+		if why != "" {
+			res.skipped = why
+		} else {
+			res.loggedOut, res.err = h.runKick(ctx, kr)
+		}
+		h.resMu.Lock()
+		h.results = append(h.results, res)
+		h.resMu.Unlock()
+	}
+}
+
+// Settle ends the tick Plan began: the kicks of a target in busy (its
+// lease was held by another actor: the holder) are deferred; the others
+// began when Plan decided them, so their cooldown and their clock start
+// then, and they await LOGGED_IN; the kicks whose jobs ended are read. It
+// returns one Report per session and per absent portal of a staged
+// volume, sorted by target, portal and session; nil in off mode. Every
+// verdict is logged once at level 0.
+func (h *SessionHealer) Settle(busy map[string]string) []Report {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	reports := h.round
+	if reports == nil {
+		return nil
+	}
+	for _, iqn := range slices.Sorted(maps.Keys(h.planned)) {
+		holder, isBusy := busy[iqn]
+		if isBusy {
+			h.resMu.Lock()
+			delete(h.toRun, iqn)
+			h.resMu.Unlock()
+		}
+		for _, kr := range h.planned[iqn] {
+			r := reportOf(reports, kr.Node.key(), kr.Session)
+			if isBusy {
+				r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassTargetBusy, "target busy: "+holder
+				h.logVerdict(*r)
+				continue
+			}
+			// The kick has begun: its cooldown and its clock start when
+			// it was decided, whatever the login takes.
+			h.kicked.MarkAt(r.Node.HealKey(), h.plannedAt)
+			r.Verdict = heal.Kicked
+			h.pending[r.Node.key()] = pending{at: h.plannedAt, report: *r}
+		}
+	}
+	h.planned = nil
 	h.readResults(reports) // kicks a synchronous runner ran already
 	h.sweep(reports)
+	h.round = nil
 
 	out := make([]Report, len(reports))
 	for i, r := range reports {
@@ -389,6 +475,16 @@ func (h *SessionHealer) Tick(ctx context.Context, snap *Snapshot, records []volu
 		return a.Session < b.Session
 	})
 	return out
+}
+
+// reportOf returns the report of node record key and session sid.
+func reportOf(reports []*Report, key string, sid SessionID) *Report {
+	for _, r := range reports {
+		if r.Node.key() == key && r.Session == sid {
+			return r
+		}
+	}
+	return &Report{}
 }
 
 // sweep bounds memory to what this tick saw.

@@ -114,7 +114,7 @@ func TestHeal_IncompleteRecordsNeverLogOutALastPath(t *testing.T) {
 	unreadable := errors.New("staged-volume record pv-x.json: unexpected end of JSON input")
 	tick := func(d time.Duration) Report {
 		r.clk.Step(d)
-		return report(t, checkClasses(t, r.h.Tick(context.Background(), snap, []volume.Record{pv}, unreadable)), 2)
+		return report(t, checkClasses(t, tickHealer(context.Background(), r.h, r.jobs, snap, []volume.Record{pv}, unreadable)), 2)
 	}
 	tick(0)
 	rp := tick(45 * time.Second)

@@ -136,46 +136,11 @@ func (h *SessionHealer) judge(snap *Snapshot, recs []volume.Record, complete boo
 	r.Verdict, r.Reason = heal.Repaired, why
 }
 
-// kick runs a login or a logout + login for one report: inside the tick
-// without Targets, else as a job with the target's lease whose outcome a
-// later readResults settles. Either way its clock starts when it begins:
-// timeToLoggedIn counts the login's own time.
-func (h *SessionHealer) kick(ctx context.Context, r *Report) {
-	klog.FromContext(ctx).V(2).Info("Kicking iSCSI session", "session", r.Session.String(), "target", r.Node.Target, "portal", r.Node.Portal.String(), "kick", r.Kick)
-	if h.cfg.Targets == nil {
-		// The cooldown starts whether the kick works or not: a failing
-		// kick must not be repeated every tick.
-		h.kicked.Mark(r.Node.HealKey())
-		start := h.cfg.Now()
-		loggedOut, err := h.runKick(ctx, *r)
-		h.noteRejection(r.Node, err)
-		h.noteDebt(r, loggedOut, err, start)
-		h.settle(r, err, start)
-		return
-	}
-	t := volume.Target{Transport: volume.TransportISCSI, Name: r.Node.Target}
-	kr := *r
-	started, busy := h.cfg.Targets.Go(ctx, t, "iSCSI session heal", func(ctx context.Context, lease *intent.Lease) {
-		res := kickResult{key: kr.Node.key(), node: kr.Node}
-		if why := stillWanted(ctx, h.cfg.Resolver, h.cfg.Scope, lease, kr); why != "" {
-			res.skipped = why
-		} else {
-			res.loggedOut, res.err = h.runKick(ctx, kr)
-		}
-		h.resMu.Lock()
-		h.results = append(h.results, res)
-		h.resMu.Unlock()
-	})
-	if !started {
-		r.Verdict, r.Class, r.Reason = heal.Deferred, heal.ClassTargetBusy, "target busy: "+busy
-		h.logVerdict(*r)
-		return
-	}
-	// The kick has begun: its cooldown and its clock start now, whatever
-	// the login takes.
-	h.kicked.Mark(r.Node.HealKey())
-	r.Verdict = heal.Kicked
-	h.pending[r.Node.key()] = pending{at: h.cfg.Now(), report: *r}
+// kick plans a login or a logout + login of one report for its target's
+// job (Kick); Settle starts its cooldown and its clock, or defers it when
+// the target is busy.
+func (h *SessionHealer) kick(_ context.Context, r *Report) {
+	h.planned[r.Node.Target] = append(h.planned[r.Node.Target], *r)
 }
 
 // runKick logs out (a relogin) and logs in one node record. loggedOut

@@ -250,7 +250,7 @@ func TestHeal_LadderThroughTheInitiatorOnFakeExec(t *testing.T) {
 					if st.snap != nil {
 						s = st.snap(snap)
 					}
-					rs := checkClasses(t, h.Tick(context.Background(), s, tc.recs, nil))
+					rs := checkClasses(t, tickHealer(context.Background(), h, nil, s, tc.recs, nil))
 					rp := report(t, rs, st.session)
 					where := func() string { return fmt.Sprintf("step %d, tick %d (%s)", si, tick, clk.Now().Sub(t0)) }
 					if rp.Verdict != st.verdict || rp.Kick != st.kick || !strings.HasPrefix(rp.Reason, st.reason) {

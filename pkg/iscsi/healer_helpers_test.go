@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -89,6 +90,34 @@ type rig struct {
 	clk    *clocktesting.FakeClock
 	kicker *fakeKicker
 	prober *fakeProber
+	// jobs, when set, runs each target's kicks as the loop does: as a job
+	// with the target's lease, never waiting for a busy target. Without
+	// it the kicks run inside the tick, with no lease.
+	jobs targetJobs
+}
+
+// targetJobs is what the loop's ticks need of the intent owner
+// (*intent.Owner).
+type targetJobs interface {
+	Go(ctx context.Context, t volume.Target, holder string, job func(context.Context, *intent.Lease)) (started bool, busy string)
+}
+
+// tickHealer is one tick of the loop over h: Plan, one job per target
+// with planned kicks (through jobs, as the iSCSI transport's Job, or
+// inside the tick without), Settle.
+func tickHealer(ctx context.Context, h *SessionHealer, jobs targetJobs, snap *Snapshot, recs []volume.Record, recsErr error) []Report {
+	busy := map[string]string{}
+	for _, iqn := range h.Plan(ctx, snap, recs, recsErr) {
+		if jobs == nil {
+			h.Kick(ctx, iqn, nil)
+			continue
+		}
+		t := volume.Target{Transport: volume.TransportISCSI, Name: iqn}
+		if started, holder := jobs.Go(ctx, t, "iSCSI session heal", func(ctx context.Context, l *intent.Lease) { h.Kick(ctx, iqn, l) }); !started {
+			busy[iqn] = holder
+		}
+	}
+	return h.Settle(busy)
 }
 
 func newRig(t *testing.T, mod func(*HealerConfig)) *rig {
@@ -109,7 +138,7 @@ func newRig(t *testing.T, mod func(*HealerConfig)) *rig {
 // tick steps the clock by d, then ticks.
 func (r *rig) tick(d time.Duration, snap *Snapshot, recs ...volume.Record) []Report {
 	r.clk.Step(d)
-	return checkClasses(r.t, r.h.Tick(context.Background(), snap, recs, nil))
+	return checkClasses(r.t, tickHealer(context.Background(), r.h, r.jobs, snap, recs, nil))
 }
 
 // checkClasses fails the test for a decided verdict without a documented

@@ -53,7 +53,7 @@ func newTargetRig(t *testing.T, kicker Kicker, runner func(func())) *targetRig {
 	if r.owner, err = intent.New(intent.Config{}, intent.Deps{Store: store, Clock: r.clk, Runner: runner}); err != nil {
 		t.Fatal(err)
 	}
-	r.h.cfg.Targets = r.owner
+	r.jobs = r.owner
 	return r
 }
 

@@ -1,8 +1,11 @@
 package iscsi
 
 import (
+	"context"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -10,6 +13,7 @@ import (
 	"github.com/pathmend/pathmend/internal/readertest"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // TestReader_EqualsAFreshReadAfterEveryKernelChange is the proof of the
@@ -66,15 +70,80 @@ func checkISCSIChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]i
 		fresh += fr.Counts().Reads
 		return s, err
 	}
+	targets := NewReader(tree.FS())
+	seen := map[int]bool{}
+	for _, s := range tree.Topology().Sessions {
+		seen[s.ID] = true
+	}
 	change := func() string {
 		next, what := iscsitest.Change(r, tree.Topology())
 		if err := tree.Apply(next); err != nil {
 			t.Fatalf("apply %s: %v", what, err)
 		}
+		// The kernel never gives a session's ID to another session (it
+		// counts them up), and ReadTarget trusts that for the sessions it
+		// remembers as another target's; the random changes re-create a
+		// session under its ID, and log in under the ID of one logged
+		// out. A Reader never meets either: the targets' Reader starts
+		// over then (the full reader's identities handle both).
+		var sid int
+		if strings.Contains(what, "re-created for") {
+			targets = NewReader(tree.FS())
+		} else if _, err := fmt.Sscanf(what, "session%d logged in", &sid); err == nil && seen[sid] {
+			targets = NewReader(tree.FS())
+		}
+		for _, s := range next.Sessions {
+			seen[s.ID] = true
+		}
 		return what
 	}
-	readertest.Changes(t, steps, remembering, full, change, nil, kinds)
+	readertest.Changes(t, steps, remembering, full, change, func(history string, want *Snapshot) {
+		checkTargets(t, r, targets, want, history)
+	}, kinds)
 	return incremental, fresh
+}
+
+// checkTargets compares what a long-lived Reader reads of each target
+// alone (ReadTarget; the loop's Reader, which also reads the whole node
+// now and then) with that target's part of full, a fresh full read, and
+// the grade of a volume on every LUN of the target on both.
+func checkTargets(t *testing.T, r *rand.Rand, targets *Reader, full *Snapshot, history string) {
+	t.Helper()
+	if r.IntN(3) == 0 {
+		if _, err := targets.Read(t0); err != nil {
+			t.Fatalf("after %s: full read of the targets' Reader: %v", history, err)
+		}
+	}
+	iqns := map[string][]volume.Endpoint{"iqn.2024-01.io.example:none": nil}
+	luns := map[string]map[int]bool{}
+	for _, s := range full.Sessions {
+		iqns[s.TargetName] = append(iqns[s.TargetName], volume.Endpoint{Host: s.Connections[0].PersistentAddress, Port: uint16(s.Connections[0].PersistentPort)})
+		for _, l := range s.LUNs {
+			if luns[s.TargetName] == nil {
+				luns[s.TargetName] = map[int]bool{}
+			}
+			luns[s.TargetName][l.Address.LUN] = true
+		}
+	}
+	m := NewPortalMatcher(context.Background(), nil)
+	for iqn, portals := range iqns {
+		got, err := targets.ReadTarget(iqn, t0)
+		if err != nil {
+			t.Fatalf("after %s: ReadTarget(%s): %v", history, iqn, err)
+		}
+		want := TargetOf(full, iqn)
+		if d := cmp.Diff(want, got); d != "" {
+			t.Fatalf("after %s: ReadTarget(%s) differs from that target's part of a fresh Read (-fresh +target):\n%s", history, iqn, d)
+		}
+		for lun := range luns[iqn] {
+			v := &volume.ISCSI{IQN: iqn, LUN: lun, Portals: portals}
+			wc, _ := Grade(m, full, v, nil)
+			gc, _ := Grade(m, got, v, nil)
+			if d := cmp.Diff(wc, gc); d != "" {
+				t.Fatalf("after %s: the grade of %s LUN %d differs on ReadTarget's snapshot (-full +target):\n%s", history, iqn, lun, d)
+			}
+		}
+	}
 }
 
 // A second read of an unchanged node does not read what iscsid fixes for

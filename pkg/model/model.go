@@ -134,8 +134,10 @@ func (tx *Txn) Put(st Stamp, v Volume) bool {
 		s.volumes[v.ID] = entry{v: old.v, st: st}
 		return true
 	}
-	v.Gen = tx.gen
-	s.volumes[v.ID] = entry{v: &v, st: st}
+	nv := new(Volume)
+	*nv = v
+	nv.Gen = tx.gen
+	s.volumes[v.ID] = entry{v: nv, st: st}
 	return true
 }
 

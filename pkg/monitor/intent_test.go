@@ -61,7 +61,7 @@ func TestTick_UnreadableRecordRefusesTeardownOfItsTargetOnly(t *testing.T) {
 	if diff := cmp.Diff(want, r.callsSince(before)); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
-	if st, _ := r.m.Status("vol-a"); len(st.Notes) == 0 || !strings.Contains(st.Notes[0], "refused: unreadable record") {
+	if st, _ := r.status("vol-a"); len(st.Notes) == 0 || !strings.Contains(st.Notes[0], "refused: unreadable record") {
 		t.Errorf("vol-a notes = %v", st.Notes)
 	}
 }
@@ -70,11 +70,7 @@ func TestTick_UnreadableRecordRefusesTeardownOfItsTargetOnly(t *testing.T) {
 func reconcileRig(t *testing.T) *rig {
 	t.Helper()
 	r := newRig(t, heal.ModeRepair, nil)
-	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Now: r.clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	att, err := nvmeattach.NewAttacher(nvmeattach.AttacherConfig{SysFS: r.k.FS(), DevRoot: "/dev", Connector: r.k, Host: r.m.deps.Host, Policy: policy})
+	att, err := nvmeattach.NewAttacher(nvmeattach.AttacherConfig{SysFS: r.k.FS(), DevRoot: "/dev", Connector: r.k, Host: testHost, Mender: r.tr})
 	if err != nil {
 		t.Fatal(err)
 	}

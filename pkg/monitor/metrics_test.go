@@ -77,11 +77,9 @@ func grep(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// stagedFunc adapts a function to StagedDevicer.
-type stagedFunc func([]volume.Record) map[string]volume.StagedDevice
-
-func (f stagedFunc) StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error) {
-	return f(recs), nil
+// stagedFunc adapts a function that cannot fail to a StagedDevicer.
+func stagedFunc(f func([]volume.Record) map[string]volume.StagedDevice) StagedDevicer {
+	return func(recs []volume.Record) (map[string]volume.StagedDevice, error) { return f(recs), nil }
 }
 
 // Every staged volume has a pathmend_volume_staged_device_replaced

@@ -15,46 +15,83 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
-	"github.com/pathmend/pathmend/pkg/nvme"
-	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// Config tunes the monitor; zero values take the defaults.
+// Config tunes the loop; zero values take the defaults.
 type Config struct {
 	// Interval between ticks (default 3 s), plus up to Jitter·Interval of
 	// random delay (default 0.2) so nodes do not tick in lockstep.
 	Interval time.Duration
 	Jitter   float64
-	// ConnectTimeout bounds one connect (default 10 s).
-	ConnectTimeout time.Duration
-	// BackoffBase and BackoffMax space out retries of an endpoint whose
-	// probe got no answer or whose connect failed (defaults 3 s and
-	// DefaultBackoffMax). Refusals are not backed off.
-	BackoffBase, BackoffMax time.Duration
-	// RecheckTimeout bounds the probe that rechecks, every tick, an
-	// endpoint backed off for not answering (default 250 ms): one that
-	// answers again is reconnected at once.
-	RecheckTimeout time.Duration
+	// Scope is what the loop covers: the node plugin's targets (Owned),
+	// the others (Foreign, companion mode), or both (serve
+	// --heal-foreign). Owned when neither is set.
+	Scope Scope
 }
 
-// DefaultBackoffMax caps the wait between reconnects of an endpoint that
-// keeps failing (--reconnect-backoff-max).
-const DefaultBackoffMax = time.Minute
-
-// SessionHealer is the iSCSI session heal, run once per tick after the
-// NVMe passes. recordsErr is the error of listing the staged volumes when
-// some could not be read (records holds the readable ones).
-type SessionHealer interface {
-	Tick(ctx context.Context, records []volume.Record, recordsErr error)
+// Scope says which targets the loop covers.
+type Scope struct {
+	// Owned: the targets a staged-volume record names. The loop finishes
+	// their interrupted intents and keeps their staged volumes' paths.
+	Owned bool
+	// Foreign: the targets no record names, healed from what the
+	// transports learn of them.
+	Foreign bool
 }
 
-// Intents is what the monitor needs of the node's intent owner
+// Bound is how old, at most, a volume's entry in the model is while the
+// loop runs: two ticks, jitter included. The driver refreshes a volume
+// whose entry is older (docs/architecture.md).
+func (c Config) Bound() time.Duration {
+	c = c.withDefaults()
+	return 2 * (c.Interval + time.Duration(c.Jitter*float64(c.Interval)))
+}
+
+func (c Config) withDefaults() Config {
+	if c.Interval <= 0 {
+		c.Interval = 3 * time.Second
+	}
+	if c.Jitter == 0 {
+		c.Jitter = 0.2
+	}
+	if !c.Scope.Owned && !c.Scope.Foreign {
+		c.Scope.Owned = true
+	}
+	return c
+}
+
+// Transport is one storage transport as the loop drives it
+// (*nvmeheal.Transport, *iscsiheal.Transport). Plan and Finish are called
+// once per tick, in that order, from the loop's goroutine; Job runs on
+// the intent owner's runner with the target's lease, concurrently for
+// different targets.
+type Transport interface {
+	// Name is the transport of the targets the loop routes to it.
+	Name() volume.Transport
+	// Plan reads the transport's kernel state once for the tick and says
+	// which targets need a job.
+	Plan(ctx context.Context, r model.Round) model.Plan
+	// Job works on one target with its lease, re-reading what it needs
+	// under it.
+	Job(ctx context.Context, lease *intent.Lease) model.Result
+	// Finish reports, once the loop read the jobs that finished, the
+	// volumes of the tick's scopes as they are now, the node's conditions,
+	// the defects and the verdicts decided outside jobs.
+	Finish(ctx context.Context, r model.Round, jobs model.Jobs) model.Report
+	// RefreshTarget reads the kernel objects of target t only and returns
+	// its staged volumes among recs as they are now.
+	RefreshTarget(ctx context.Context, t volume.Target, recs []volume.Record) ([]model.Volume, error)
+}
+
+// Intents is what the loop needs of the node's intent owner
 // (*intent.Owner): the records to plan from, and per-target jobs that run
 // with the target's lease, never waiting for a busy target.
 type Intents interface {
 	Scan() (volume.Listing, error)
+	Get(volumeID string) (volume.Record, error)
 	Go(ctx context.Context, t volume.Target, holder string, job func(context.Context, *intent.Lease)) (started bool, busy string)
 }
 
@@ -66,130 +103,94 @@ type Reconciler interface {
 	Reconcile(ctx context.Context, lease *intent.Lease) []intent.Verdict
 }
 
-// Deps are the monitor's seams.
+// StagedDevicer returns the device the users of each staged volume hold,
+// by volume ID (volume.FindStagedDevice); a volume whose staged device is
+// unknown is left out. The driver reads it from the mount table.
+type StagedDevicer func(recs []volume.Record) (map[string]volume.StagedDevice, error)
+
+// Deps are the loop's seams.
 type Deps struct {
-	SysFS sysfs.FS
-	// Intents is the node's intent owner: the records (the monitor keeps
+	// Intents is the node's intent owner: the records (the loop keeps
 	// nothing else) and the target leases every action runs under.
 	Intents Intents
-	// Reconciler, when set, finishes interrupted intents on each tick.
+	// Transports are the transports built in; each target goes to the
+	// one of its transport.
+	Transports []Transport
+	// Model is the node model the loop writes.
+	Model *model.Model
+	// Policy is the process's heal policy: its mode says whether the loop
+	// acts (off: it reads and reports only).
+	Policy *heal.Policy
+	// Reconciler, when set, finishes interrupted intents of owned targets.
 	Reconciler Reconciler
-	Policy     *heal.Policy
-	Connector  nvme.Connector
-	Host       fabrics.HostIdentity
-	Prober     Prober
-	Clock      clock.Clock
 	Metrics    *metrics.Metrics
-	// Sessions is the iSCSI heal; nil when iSCSI is not built in.
-	Sessions SessionHealer
+	Clock      clock.Clock
+	// SysFS tells a removed device from a replaced one (dev/block/N).
+	SysFS sysfs.FS
 	// PathExists reports whether a staging path still exists (default
 	// os.Stat).
 	PathExists func(string) bool
 	// Staged, when set, tells which device each staged volume's users
-	// hold (the driver knows the mounts); the tick compares it with the
-	// volume's devices for pathmend_volume_staged_device_replaced.
+	// hold; the loop compares it with the volume's devices.
 	Staged StagedDevicer
 }
 
-// StagedDevicer returns the device the users of each staged volume hold,
-// by volume ID (volume.FindStagedDevice); a volume whose staged device is
-// unknown is left out. *driver.Driver implements it.
-type StagedDevicer interface {
-	StagedDevices(recs []volume.Record) (map[string]volume.StagedDevice, error)
-}
-
-// SessionDevices is a SessionHealer that also tells, from its tick's read,
-// the block devices staged iSCSI volumes' LUNs have now, by volume ID.
-type SessionDevices interface {
-	CurrentDevices(recs []volume.Record) map[string][]volume.BlockDevice
-}
-
-// Monitor keeps every path of every staged volume healthy: each tick it
-// reads the records and sysfs once and plans, unlocked, which targets
-// need work; each such target gets one job with its lease (the intent
-// owner's Go: at most one job per target, bounded, never waiting for a
-// busy target). Under the lease the job re-reads the target's records and
-// sysfs and decides again: it finishes interrupted intents, repairs what
-// diagnosis finds through the policy, and only then reconnects the missing
-// paths of staged volumes — optimized first. Repair runs first so that
-// whatever it tears down is reconnected in the same job, and reconcile
-// never races a controller it just made. The tick does not wait for its
-// jobs: their outcomes are read by the tick that finds them done (with a
-// synchronous runner, the same tick).
+// Monitor is the loop: the only one of the process. Each tick it asks
+// every transport to read the kernel and plan, starts one job per target
+// that needs work with the target's lease (the intent owner's Go: at
+// most one job per target, never waiting for a busy one), reads the jobs
+// that finished, and writes what the transports report into the model:
+// every volume's paths, devices, condition and notes, what its users
+// hold, the node's conditions and the end of the tick. It knows no
+// transport.
 type Monitor struct {
-	cfg   Config
-	deps  Deps
-	back  *backoff
-	reach *reachability
-	// nvme reads sysfs every tick (and in every job: it is safe for
-	// concurrent use), remembering across ticks what cannot change while
-	// a kernel object lives.
-	nvme *nvme.Reader
+	cfg  Config
+	deps Deps
+	tr   map[volume.Transport]Transport
 
-	mu       sync.Mutex
-	status   map[string]VolumeStatus
-	orphans  map[string]bool
-	lastTick time.Time
-	done     []jobResult // finished jobs not yet read by a tick
-	gate     *heal.LogGate
-	// replaced are the volumes whose staged device series is set, so
-	// that an unstaged volume's series is deleted.
+	mu      sync.Mutex
+	orphans map[string]bool
+	done    []jobResult // finished jobs not yet read by a tick
+	gate    *heal.LogGate
+	// replaced are the volumes whose staged-device series is set, and
+	// whether replaced; paths the volumes whose path series are set.
 	replaced map[string]bool
-	// align is what jobs aligned of the staged volumes' timeouts;
-	// alignMu guards it (the tick plans from it, jobs write it).
-	alignMu sync.Mutex
-	align   alignment
-	// endpoints counts the distinct endpoints staged volumes list, per
-	// subsystem NQN, as of the last tick.
-	endpoints map[string]int
+	paths    map[string]bool
 }
 
-// VolumeStatus is what the last tick saw of one volume.
-type VolumeStatus struct {
-	Paths nvme.PathReport
-	// Notes are the pending defects and verdicts of the last tick that
-	// concern the volume, e.g. "ControllerNotContributing deferred: grace:
-	// nvme4 is 2s old, 3s left", and backed-off endpoints.
-	Notes []string
+// jobResult is what one job on one target did, read by a later tick.
+type jobResult struct {
+	model.Result
+	intents []intent.Verdict
 }
 
 // New validates the configuration.
 func New(cfg Config, deps Deps) (*Monitor, error) {
-	if deps.Intents == nil || deps.Policy == nil || deps.Connector == nil || deps.Prober == nil || deps.SysFS.Root() == "" {
-		return nil, errors.New("monitor: intents, policy, connector, prober and sysfs are required")
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = 3 * time.Second
+	if deps.Intents == nil || deps.Policy == nil || deps.Model == nil {
+		return nil, errors.New("monitor: intents, policy and model are required")
 	}
 	if cfg.Jitter < 0 || cfg.Jitter > 1 {
 		return nil, fmt.Errorf("monitor: jitter %v is outside 0..1", cfg.Jitter)
 	}
-	if cfg.Jitter == 0 {
-		cfg.Jitter = 0.2
-	}
-	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = 10 * time.Second
-	}
-	if cfg.BackoffBase <= 0 {
-		cfg.BackoffBase = 3 * time.Second
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = DefaultBackoffMax
-	}
-	if cfg.RecheckTimeout <= 0 {
-		cfg.RecheckTimeout = 250 * time.Millisecond
-	}
+	cfg = cfg.withDefaults()
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = metrics.New()
 	}
 	if deps.PathExists == nil {
 		deps.PathExists = func(p string) bool { _, err := os.Stat(p); return err == nil }
 	}
-	return &Monitor{cfg: cfg, deps: deps, back: newBackoff(cfg.BackoffBase, cfg.BackoffMax), reach: newReachability(),
-		nvme:   nvme.NewReader(deps.SysFS, nvme.ScopePaths),
-		status: map[string]VolumeStatus{}, orphans: map[string]bool{}, replaced: map[string]bool{},
-		align: newAlignment(),
-		gate:  heal.NewLogGate(0, deps.Clock.Now)}, nil
+	tr := map[volume.Transport]Transport{}
+	for _, t := range deps.Transports {
+		if _, dup := tr[t.Name()]; dup {
+			return nil, fmt.Errorf("monitor: two transports for %s", t.Name())
+		}
+		tr[t.Name()] = t
+	}
+	return &Monitor{cfg: cfg, deps: deps, tr: tr, orphans: map[string]bool{}, replaced: map[string]bool{}, paths: map[string]bool{},
+		gate: heal.NewLogGate(0, deps.Clock.Now)}, nil
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then
@@ -198,7 +199,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 // two ticks" is read from the log in ticks, which stay ticks when a loaded
 // node runs them late.
 func (m *Monitor) Run(ctx context.Context) error {
-	klog.InfoS("Monitor started", "interval", m.cfg.Interval, "mode", m.deps.Policy.Mode())
+	klog.InfoS("Monitor started", "interval", m.cfg.Interval, "mode", m.deps.Policy.Mode(), "owned", m.cfg.Scope.Owned, "foreign", m.cfg.Scope.Foreign)
 	for n := uint64(1); ; n++ {
 		klog.V(4).InfoS("Monitor tick", "tick", n)
 		m.Tick(ctx)
@@ -211,17 +212,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 }
 
-// LastTick is when the last tick ended; zero before the first.
-func (m *Monitor) LastTick() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lastTick
-}
+// LastTick is when the last tick ended, as the model has it; zero before
+// the first.
+func (m *Monitor) LastTick() time.Time { return m.deps.Model.Snapshot().Ticked }
 
-// Status returns what the last tick saw of a volume.
-func (m *Monitor) Status(volumeID string) (VolumeStatus, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.status[volumeID]
-	return s, ok
-}
+// Bound is Config.Bound of the loop's configuration.
+func (m *Monitor) Bound() time.Duration { return m.cfg.Bound() }

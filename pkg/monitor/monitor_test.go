@@ -9,12 +9,15 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -26,13 +29,23 @@ type proberFunc func(ctx context.Context, hostport string) error
 
 func (f proberFunc) Reachable(ctx context.Context, hp string) error { return f(ctx, hp) }
 
+// rig is the loop with the NVMe transport over a fake kernel, the intent
+// owner over a record store, and a fake clock.
 type rig struct {
 	k     *nvmetest.Kernel
 	clk   *clocktesting.FakeClock
 	m     *Monitor
+	tr    *nvmeheal.Transport
 	store *volume.Store
 	owner *intent.Owner
+	// prober answers the transport's probes; a test may swap it.
+	prober nvmeheal.Prober
 }
+
+// status is the model's entry of volume id after the last tick.
+func (r *rig) status(id string) (model.Volume, bool) { return r.m.deps.Model.Snapshot().Volume(id) }
+
+var testHost = fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"}
 
 // set makes recs the node's records (state staged unless set).
 func (r *rig) set(t *testing.T, recs ...volume.Record) {
@@ -78,17 +91,23 @@ func rec(id, nqn string, hosts ...string) volume.Record {
 	return volume.Record{VolumeID: id, StagingPath: "/staging/" + id, Context: c, AccessType: volume.AccessMount, FSType: "ext4"}
 }
 
-func newRig(t *testing.T, mode heal.Mode, prober Prober) *rig {
+func newRig(t *testing.T, mode heal.Mode, prober nvmeheal.Prober) *rig {
 	t.Helper()
 	// Jobs run inside Go: a tick reads its own jobs' outcomes.
 	return newRigRun(t, mode, prober, func(f func()) { f() })
 }
 
 // newRigRun is a rig whose jobs run through runner.
-func newRigRun(t *testing.T, mode heal.Mode, prober Prober, runner func(func())) *rig {
+func newRigRun(t *testing.T, mode heal.Mode, prober nvmeheal.Prober, runner func(func())) *rig {
+	return newRigKernel(t, mode, prober, runner, nvmetest.NewKernel)
+}
+
+// newRigKernel is newRigRun on the fake kernel newKernel makes (one that
+// rebuilds its tree on a change, or changes it in place as sysfs is).
+func newRigKernel(t *testing.T, mode heal.Mode, prober nvmeheal.Prober, runner func(func()), newKernel func(string, clock.WithDelayedExecution) *nvmetest.Kernel) *rig {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	k := nvmetest.NewKernel(t.TempDir(), clk)
+	k := newKernel(t.TempDir(), clk)
 	k.AddTarget(target(nqnA, "127.0.0.1", "127.0.0.2"))
 	k.AddTarget(target(nqnB, "127.0.0.3", "127.0.0.4"))
 	policy, err := heal.NewPolicy(heal.Config{Mode: mode, Now: clk.Now})
@@ -106,11 +125,17 @@ func newRigRun(t *testing.T, mode heal.Mode, prober Prober, runner func(func()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{k: k, clk: clk, store: store, owner: owner}
-	r.m, err = New(Config{ConnectTimeout: 5 * time.Second}, Deps{
-		SysFS: k.FS(), Intents: owner,
-		Policy: policy, Connector: k, Prober: prober, Clock: clk,
-		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
+	r := &rig{k: k, clk: clk, store: store, owner: owner, prober: prober}
+	r.tr, err = nvmeheal.New(nvmeheal.Config{Owned: true, ConnectTimeout: 5 * time.Second}, nvmeheal.Deps{
+		SysFS: k.FS(), Policy: policy, Connector: k, Host: testHost, Clock: clk,
+		Prober: proberFunc(func(ctx context.Context, hp string) error { return r.prober.Reachable(ctx, hp) }),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m, err = New(Config{}, Deps{
+		SysFS: k.FS(), Intents: owner, Transports: []Transport{r.tr}, Model: model.New(),
+		Policy: policy, Clock: clk,
 		PathExists: func(p string) bool { return !strings.Contains(p, "gone") },
 	})
 	if err != nil {
@@ -153,8 +178,8 @@ func TestTick_RepairsFirstAndReconnectsInTheSameTick(t *testing.T) {
 	if len(rep.Outcomes) != 1 || rep.Outcomes[0].Verdict != heal.Repaired {
 		t.Errorf("outcomes = %+v", rep.Outcomes)
 	}
-	st, _ := r.m.Status("vol-a")
-	if st.Paths.Live != 2 || st.Paths.Expected != 2 {
+	st, _ := r.status("vol-a")
+	if live, _ := st.Live(); live != 2 || len(st.Paths) != 2 {
 		t.Errorf("status after the tick = %+v", st)
 	}
 	// The next tick finds nothing to do.
@@ -178,7 +203,7 @@ func TestTick_GraceDefersAcrossTicksThenRepairs(t *testing.T) {
 	if len(r.callsSince(before)) != 0 || len(rep.Outcomes) != 1 || rep.Outcomes[0].Verdict != heal.Deferred {
 		t.Fatalf("young controller: calls %v, outcomes %+v", r.callsSince(before), rep.Outcomes)
 	}
-	st, _ := r.m.Status("vol-a")
+	st, _ := r.status("vol-a")
 	if len(st.Notes) == 0 || !strings.Contains(st.Notes[0], "repair deferred: grace:") {
 		t.Errorf("notes = %v", st.Notes)
 	}
@@ -201,8 +226,8 @@ func TestTick_NoDuplicateConnectWhileTheKernelReconnects(t *testing.T) {
 	if calls := r.callsSince(before); len(calls) != 0 {
 		t.Errorf("acted on a reconnecting controller: %v", calls)
 	}
-	st, _ := r.m.Status("vol-a")
-	if st.Paths.Live != 1 || !strings.Contains(strings.Join(st.Paths.Problems, ";"), "nvme1 connecting") {
+	st, _ := r.status("vol-a")
+	if live, _ := st.Live(); live != 1 || !strings.Contains(st.Condition.Message, "nvme1 connecting") {
 		t.Errorf("status = %+v", st)
 	}
 }
@@ -250,7 +275,7 @@ func TestTick_ASlowTargetDelaysNeitherTheTickNorOtherTargets(t *testing.T) {
 	if !contains(rep.Skipped, "nvme-tcp "+nqnB+": busy: monitor") {
 		t.Errorf("second tick: skipped %v, want vol-b's target busy", rep.Skipped)
 	}
-	if st, _ := r.m.Status("vol-b"); len(st.Notes) == 0 || !strings.Contains(st.Notes[0], "busy: monitor") {
+	if st, _ := r.status("vol-b"); len(st.Notes) == 0 || !strings.Contains(st.Notes[0], "busy: monitor") {
 		t.Errorf("vol-b notes = %v", st.Notes)
 	}
 
@@ -371,8 +396,8 @@ func TestTick_AControllerOfUnknownAddressIsNoReasonToConnectItsEndpoints(t *test
 	if calls := r.callsSince(before); len(calls) != 0 {
 		t.Errorf("acted while a controller's address is unknown: %v", calls)
 	}
-	st, _ := r.m.Status("vol-a")
-	if st.Paths.Live != 0 || strings.Count(strings.Join(st.Paths.Problems, ";"), nvme.AddressNotKnown) != 2 {
+	st, _ := r.status("vol-a")
+	if live, _ := st.Live(); live != 0 || strings.Count(st.Condition.Message, nvme.AddressNotKnown) != 2 {
 		t.Errorf("status = %+v, want no live path and %q for both endpoints", st, nvme.AddressNotKnown)
 	}
 	r.k.SetState(0, "live")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -99,7 +100,7 @@ func TestTick_AReturnedEndpointIsReconnectedOnTheNextTick(t *testing.T) {
 			if !contains(rep.Connects, nqnA+" "+ep) {
 				t.Fatalf("first tick after the endpoint answers again: connects %v, skipped %v", rep.Connects, rep.Skipped)
 			}
-			if st, _ := r.m.Status("vol-a"); st.Paths.Live != 2 {
+			if st, _ := r.status("vol-a"); func() int { l, _ := st.Live(); return l }() != 2 {
 				t.Errorf("status after the reconnect = %+v", st)
 			}
 		})
@@ -116,15 +117,15 @@ func TestNodeConditions_UnreachableEndpoints(t *testing.T) {
 	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
 	r.connectAged(t, nqnA, "127.0.0.1")
 	r.m.Tick(context.Background())
-	cs := r.m.NodeConditions()
-	if len(cs) != 1 || cs[0].Status != volume.Degraded || cs[0].Reason != ReasonEndpointsUnreachable ||
+	cs := r.m.deps.Model.Snapshot().Node()
+	if len(cs) != 1 || cs[0].Status != volume.Degraded || cs[0].Reason != nvmeheal.ReasonEndpointsUnreachable ||
 		!strings.Contains(cs[0].Message, "1 of 2 endpoints") || !strings.Contains(cs[0].Message, "127.0.0.2:4420 refused") {
 		t.Fatalf("one endpoint refused: %+v", cs)
 	}
 	// The other endpoint goes silent too: its controller is gone.
 	r.k.Disconnect("nvme0")
 	p2 := &outageProber{endpoint: "127.0.0.1:4420", state: "silent"}
-	r.m.deps.Prober = proberFunc(func(ctx context.Context, hp string) error {
+	r.prober = proberFunc(func(ctx context.Context, hp string) error {
 		if err := p2.Reachable(ctx, hp); err != nil {
 			return err
 		}
@@ -132,15 +133,15 @@ func TestNodeConditions_UnreachableEndpoints(t *testing.T) {
 	})
 	r.clk.Step(time.Second)
 	r.m.Tick(context.Background())
-	cs = r.m.NodeConditions()
-	if len(cs) != 1 || cs[0].Status != volume.Inaccessible || cs[0].Reason != ReasonTargetUnreachable || !strings.Contains(cs[0].Message, "2 of 2 endpoints") {
+	cs = r.m.deps.Model.Snapshot().Node()
+	if len(cs) != 1 || cs[0].Status != volume.Inaccessible || cs[0].Reason != nvmeheal.ReasonTargetUnreachable || !strings.Contains(cs[0].Message, "2 of 2 endpoints") {
 		t.Fatalf("both endpoints down: %+v", cs)
 	}
 	p.set("up")
 	p2.set("up")
 	r.clk.Step(time.Second)
 	r.m.Tick(context.Background())
-	if cs := r.m.NodeConditions(); len(cs) != 0 {
+	if cs := r.m.deps.Model.Snapshot().Node(); len(cs) != 0 {
 		t.Errorf("after both answered again: %+v", cs)
 	}
 }

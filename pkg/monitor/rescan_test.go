@@ -86,7 +86,7 @@ func TestTick_RescanRunsForAMissingNamespaceWhoseTeardownIsRefused(t *testing.T)
 	if !ok || head == head2 {
 		t.Errorf("namespace 2 after the rescan: head %d (ok %t), want a new head (was %d)", head, ok, head2)
 	}
-	if st, _ := r.m.Status("vol-2"); st.Paths.Live != 2 {
+	if st, _ := r.status("vol-2"); func() int { l, _ := st.Live(); return l }() != 2 {
 		t.Errorf("vol-2 after the rescan: %+v", st)
 	}
 }

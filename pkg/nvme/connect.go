@@ -100,3 +100,14 @@ func UsablePaths(h *Host, ns *Namespace) int { return usablePaths(h, ns) }
 
 // NamespaceLabel names a namespace for messages: "nvme-subsys0 nsid 2".
 func NamespaceLabel(ns *Namespace) string { return nsLabel(ns) }
+
+// TeardownNQN is the subsystem NQN whose controllers defect d's teardown
+// releases in h; "" when it releases none.
+func TeardownNQN(h *Host, d heal.Defect) string {
+	for _, p := range d.Teardown {
+		if c, ok := h.Controller(ControllerName(p.Name)); ok {
+			return c.SubsysNQN
+		}
+	}
+	return ""
+}

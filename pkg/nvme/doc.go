@@ -54,13 +54,16 @@
 //
 // Read lists the subsystems, then the controllers, and reads each
 // attribute once with one bounded read. A Reader does the same again and
-// again (the monitor keeps one): it lists every directory and reads every
+// again (the loop's NVMe transport and the attacher keep one each): it
+// lists every directory and reads every
 // attribute that can change while its object lives each time, and the
 // attributes fixed for an object's life once per object, kept under the
 // sysfs.Identity of its directory, so a new object under an old name is
 // read afresh. Its ScopePaths reads only the volatile attributes that
 // diagnosis and path reports decide on and leaves the others zero; Index
-// answers the per-volume lookups of a tick by NQN. docs/performance.md
+// answers the per-volume lookups of a tick by NQN. ReadTarget reads the
+// objects of one subsystem NQN only — what answering for one volume costs
+// — and equals that NQN's part of a full read (TargetOf). docs/performance.md
 // lists which attribute is which and why. A missing required attribute is
 // an error naming its path. An object whose directory disappears between
 // the listing and the read (ENOENT on the attribute and on the directory)

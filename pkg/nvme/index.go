@@ -71,9 +71,14 @@ func (x *Index) Unplaced(nqn string) []*Controller {
 	return out
 }
 
-// Covered is Covered(x.Host(), nqn, ep).
+// Covered is Covered(x.Host(), nqn, ep). It allocates nothing.
 func (x *Index) Covered(nqn string, ep volume.Endpoint) bool {
-	return len(x.ControllersTo(nqn, ep)) > 0 || len(x.Unplaced(nqn)) > 0
+	for _, c := range x.controller[nqn] {
+		if presentTo(c, ep) || unplaced(c) {
+			return true
+		}
+	}
+	return false
 }
 
 // Locate is Locate(x.Host(), e).
@@ -83,6 +88,19 @@ func (x *Index) Locate(e Expectation) (Located, error) {
 
 // ReportPaths is ReportPaths(x.Host(), e).
 func (x *Index) ReportPaths(e Expectation) PathReport {
-	loc, locErr := x.Locate(e)
-	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return x.ControllersTo(e.NQN, ep) }, x.Unplaced(e.NQN))
+	return x.ReportPathsInto(e, nil)
 }
+
+// ReportPathsInto is ReportPaths, its Endpoints appended to buf[:0]: a
+// caller grading volume after volume reuses one buffer (the report's
+// Endpoints are then valid until the next call with it).
+func (x *Index) ReportPathsInto(e Expectation, buf []EndpointPath) PathReport {
+	loc, locErr := x.Locate(e)
+	return reportPaths(e, loc, locErr, x.controller[e.NQN], buf)
+}
+
+// ControllersOf returns the controllers of subsystem NQN nqn, by name.
+func (x *Index) ControllersOf(nqn string) []*Controller { return x.controller[nqn] }
+
+// SubsystemsOf returns the subsystem instances that answer NQN nqn.
+func (x *Index) SubsystemsOf(nqn string) []*Subsystem { return x.subsystem[nqn] }

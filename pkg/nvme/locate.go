@@ -149,7 +149,8 @@ func Covered(h *Host, nqn string, ep volume.Endpoint) bool {
 // EndpointMatches reports whether a controller address goes to ep: equal
 // IPs (any notation) or equal host names, and the same port.
 func EndpointMatches(a Address, ep volume.Endpoint) bool {
-	if a.Trsvcid != strconv.Itoa(int(ep.Port)) {
+	var port [5]byte // uint16: at most five digits, on the stack
+	if a.Trsvcid != string(strconv.AppendUint(port[:0], uint64(ep.Port), 10)) {
 		return false
 	}
 	if ip, eip := net.ParseIP(a.Traddr), net.ParseIP(ep.Host); ip != nil && eip != nil {
@@ -170,61 +171,105 @@ type PathReport struct {
 	// Problems describe each expected path that is not live, e.g.
 	// "127.0.0.1:4421: nvme4 connecting" or "127.0.0.1:4421: not connected".
 	Problems []string
+	// Endpoints grade each expected endpoint, in the order the volume
+	// lists them.
+	Endpoints []EndpointPath
+}
+
+// EndpointPath is how one expected endpoint of a volume looks.
+type EndpointPath struct {
+	Endpoint volume.Endpoint
+	// Controller is the controller that serves it (the live one when one
+	// is, else the last one looked at); empty when none does.
+	Controller ControllerName
+	// Live: a live controller whose leg to the namespace carries I/O;
+	// Optimized: that leg is ANA optimized (or has no ANA state).
+	Live, Optimized bool
+	// Problem says why it is not live, without the endpoint ("nvme4
+	// connecting", "not connected"); empty when live.
+	Problem string
 }
 
 // ReportPaths grades every expected endpoint of e in h.
 func ReportPaths(h *Host, e Expectation) PathReport {
 	loc, locErr := Locate(h, e)
-	return reportPaths(e, loc, locErr, func(ep volume.Endpoint) []*Controller { return ControllersTo(h, e.NQN, ep) }, Unplaced(h, e.NQN))
+	ctrls := make([]*Controller, 0, len(h.Controllers))
+	for i := range h.Controllers {
+		if h.Controllers[i].SubsysNQN == e.NQN {
+			ctrls = append(ctrls, &h.Controllers[i])
+		}
+	}
+	return reportPaths(e, loc, locErr, ctrls, nil)
 }
 
-// reportPaths is ReportPaths given e's location, its controllers to each
-// endpoint, and its controllers of unknown address (never live paths:
-// the address of a live controller is read).
-func reportPaths(e Expectation, loc Located, locErr error, controllersTo func(volume.Endpoint) []*Controller, unknown []*Controller) PathReport {
-	r := PathReport{Expected: len(e.Endpoints)}
+// reportPaths is ReportPaths given e's location and the controllers of
+// its subsystem NQN; it appends the endpoints' grades to eps[:0]. A
+// controller of unknown address is never a live path (the address of a
+// live controller is read).
+func reportPaths(e Expectation, loc Located, locErr error, ctrls []*Controller, eps []EndpointPath) PathReport {
+	if eps == nil {
+		eps = make([]EndpointPath, 0, len(e.Endpoints))
+	}
+	r := PathReport{Expected: len(e.Endpoints), Endpoints: eps[:0]}
+	unknown := 0
+	for _, c := range ctrls {
+		if unplaced(c) {
+			unknown++
+		}
+	}
 	for _, ep := range e.Endpoints {
-		ctrls := controllersTo(ep)
-		if len(ctrls) == 0 && len(unknown) > 0 {
-			names := make([]string, len(unknown))
-			for i, c := range unknown {
-				names[i] = string(c.Name) + " " + string(c.State)
-			}
-			r.Problems = append(r.Problems, ep.String()+": not connected, or by "+strings.Join(names, ", ")+": "+AddressNotKnown)
-			continue
-		}
-		if len(ctrls) == 0 {
-			r.Problems = append(r.Problems, ep.String()+": not connected")
-			continue
-		}
-		best := ""
+		p := EndpointPath{Endpoint: ep}
+		to := 0
 		for _, c := range ctrls {
+			if presentTo(c, ep) {
+				to++
+			}
+		}
+		switch {
+		case to == 0 && unknown > 0:
+			var names []string
+			for _, c := range ctrls {
+				if unplaced(c) {
+					names = append(names, string(c.Name)+" "+string(c.State))
+				}
+			}
+			p.Problem = "not connected, or by " + strings.Join(names, ", ") + ": " + AddressNotKnown
+		case to == 0:
+			p.Problem = "not connected"
+		}
+		for _, c := range ctrls {
+			if !presentTo(c, ep) {
+				continue
+			}
+			p.Controller = c.Name
 			if locErr != nil {
-				best = fmt.Sprintf("%s %s, %v", c.Name, c.State, locErr)
+				p.Problem = fmt.Sprintf("%s %s, %v", c.Name, c.State, locErr)
 				continue
 			}
 			leg, ok := legOf(loc.Namespace, c.Name)
 			switch {
 			case c.State != StateLive:
-				best = fmt.Sprintf("%s %s", c.Name, c.State)
+				p.Problem = fmt.Sprintf("%s %s", c.Name, c.State)
 			case !ok:
-				best = fmt.Sprintf("%s contributes no path", c.Name)
+				p.Problem = fmt.Sprintf("%s contributes no path", c.Name)
 			case !leg.ANAState.Usable():
-				best = fmt.Sprintf("%s ANA %s", c.Name, leg.ANAState)
+				p.Problem = fmt.Sprintf("%s ANA %s", c.Name, leg.ANAState)
 			default:
-				best = ""
+				p.Problem, p.Live = "", true
 				r.Live++
 				if leg.ANAState == ANAOptimized || leg.ANAState == ANANone {
+					p.Optimized = true
 					r.Optimized++
 				}
 			}
-			if best == "" {
+			if p.Problem == "" {
 				break
 			}
 		}
-		if best != "" {
-			r.Problems = append(r.Problems, ep.String()+": "+best)
+		if p.Problem != "" {
+			r.Problems = append(r.Problems, ep.String()+": "+p.Problem)
 		}
+		r.Endpoints = append(r.Endpoints, p)
 	}
 	return r
 }

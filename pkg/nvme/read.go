@@ -19,6 +19,10 @@ const (
 // disappeared: the kernel removed it between listing and reading.
 var errVanished = errors.New("vanished during the read")
 
+// errOtherTarget marks a subsystem a ReadTarget looked at that answers
+// another NQN: its heads are not read.
+var errOtherTarget = errors.New("another subsystem NQN")
+
 // Read reads the NVMe state of the host from fsys in one pass: every
 // subsystem with its namespaces, then every controller with its legs. It
 // starts no process and writes nothing, and it remembers nothing: every
@@ -134,6 +138,8 @@ type pass struct {
 	attrs   *sysfs.AttrReader
 	root    sysfs.Dir
 	skipped []Skip
+	// want, when set, is the one subsystem NQN a ReadTarget reads.
+	want string
 }
 
 // host is one Read: subsystems with their namespaces, then controllers

@@ -48,6 +48,9 @@ func (p *pass) subsystem(name SubsystemName) (Subsystem, error) {
 		}
 		m.static = true
 	}
+	if p.want != "" && m.nqn != p.want {
+		return Subsystem{}, errOtherTarget
+	}
 	if p.r.scope == ScopeAll {
 		if err := o.optional("iopolicy", "iopolicy", entries, &m.iopolicy); err != nil {
 			return Subsystem{}, err

@@ -67,6 +67,7 @@ func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (
 		t.Fatal(err)
 	}
 	reader, paths := NewReader(tree.FS(), ScopeAll), NewReader(tree.FS(), ScopePaths)
+	targets, allTargets := NewReader(tree.FS(), ScopePaths), NewReader(tree.FS(), ScopeAll)
 	remembering := func() (*Host, error) {
 		before := reader.Counts().Reads
 		h, err := reader.Read()
@@ -91,6 +92,8 @@ func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (
 	}
 	readertest.Changes(t, steps, remembering, full, change, func(history string, want *Host) {
 		checkPathScope(t, paths, want, history, tree.Topology())
+		checkTargets(t, r, targets, pathScope(want), history, tree.Topology())
+		checkTargets(t, r, allTargets, want, history, tree.Topology())
 	}, kinds)
 	return incremental, fresh
 }
@@ -127,6 +130,46 @@ func checkPathScope(t *testing.T, paths *Reader, full *Host, history string, top
 			}
 			if d := cmp.Diff(names(ControllersTo(full, e.NQN, ep)), names(ControllersTo(got, e.NQN, ep))); d != "" {
 				t.Fatalf("after %s: ControllersTo(%s) differs on the ScopePaths Host:\n%s", history, ep, d)
+			}
+		}
+	}
+}
+
+// checkTargets compares what a long-lived Reader reads of each subsystem
+// NQN alone (ReadTarget; as the loop's and the attacher's Readers do,
+// which also read the whole host now and then) with that NQN's part of
+// full, a fresh full read in the Reader's scope: the Hosts must be equal
+// (TargetOf), and so must the path report of every volume of the NQN.
+func checkTargets(t *testing.T, r *rand.Rand, targets *Reader, full *Host, history string, topo nvmetest.Topology) {
+	t.Helper()
+	if r.IntN(3) == 0 {
+		if _, err := targets.Read(); err != nil {
+			t.Fatalf("after %s: full read of the targets' Reader: %v", history, err)
+		}
+	}
+	nqns := map[string]bool{"nqn.2014-08.io.pathmend.test:none": true}
+	for _, s := range full.Subsystems {
+		nqns[s.NQN] = true
+	}
+	for _, c := range full.Controllers {
+		nqns[c.SubsysNQN] = true
+	}
+	exps := volumesOf(full)
+	for nqn := range nqns {
+		got, err := targets.ReadTarget(nqn)
+		if err != nil {
+			t.Fatalf("after %s: ReadTarget(%s): %v", history, nqn, err)
+		}
+		forgetRememberedAddresses(t, got, topo)
+		if d := cmp.Diff(TargetOf(full, nqn), got); d != "" {
+			t.Fatalf("after %s: ReadTarget(%s) differs from that NQN's part of a fresh Read (-fresh +target):\n%s", history, nqn, d)
+		}
+		for _, e := range exps {
+			if e.NQN != nqn {
+				continue
+			}
+			if d := cmp.Diff(ReportPaths(full, e), ReportPaths(got, e)); d != "" {
+				t.Fatalf("after %s: ReportPaths(%s) differs on ReadTarget's Host (-full +target):\n%s", history, e.VolumeID, d)
 			}
 		}
 	}
@@ -338,5 +381,33 @@ func forgetRememberedAddresses(t *testing.T, h *Host, topo nvmetest.Topology) {
 			t.Fatalf("%s (%s) is remembered at %+v (raw %q); it goes to %s:%s", c.Name, c.State, got, c.RawAddress, want.Traddr, want.Trsvcid)
 		}
 		c.Address, c.AddressUnknown = Address{}, true
+	}
+}
+
+// Answering for one volume reads its subsystem's objects only: on a
+// steady host of 100 subsystems × 3 controllers, a ReadTarget reads the
+// state of the subsystem's 3 controllers and the ANA state of their 3
+// legs, lists the two class directories, the subsystem's and its
+// controllers' directories, and stats its head — whatever the number of
+// subsystems on the node.
+func TestReader_ReadTargetReadsOnlyItsSubsystem(t *testing.T) {
+	fsys := materialize(t, nvmetest.Healthy(100, 3, 1).Fixture())
+	r := NewReader(fsys, ScopePaths)
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	const nqn = "nqn.2024-01.io.pathmend.test:sub-42"
+	before := r.Counts()
+	h, err := r.ReadTarget(nqn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := r.Counts()
+	got.Reads, got.Lists, got.Stats = got.Reads-before.Reads, got.Lists-before.Lists, got.Stats-before.Stats
+	if got.Reads != 6 || got.Lists != 6 || got.Stats != 1 {
+		t.Errorf("ReadTarget of one subsystem: %d attribute reads, %d listings, %d stats; want 6, 6, 1", got.Reads, got.Lists, got.Stats)
+	}
+	if len(h.Subsystems) != 1 || len(h.Controllers) != 3 || len(h.Subsystems[0].Namespaces[0].Paths) != 3 {
+		t.Errorf("ReadTarget = %+v", h)
 	}
 }

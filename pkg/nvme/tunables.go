@@ -105,11 +105,19 @@ type TuneTarget struct {
 // another's). It reads only h, which needs no timeout attribute
 // (ScopePaths will do).
 func ControllerTimeouts(h *Host, targets []TuneTarget) (want map[ControllerName]Timeouts, conflicts []string) {
+	return ControllerTimeoutsIn(NewIndex(h), targets)
+}
+
+// ControllerTimeoutsIn is ControllerTimeouts on an index of the host.
+func ControllerTimeoutsIn(x *Index, targets []TuneTarget) (want map[ControllerName]Timeouts, conflicts []string) {
 	want = map[ControllerName]Timeouts{}
 	clash := map[ControllerName]bool{}
 	for _, t := range targets {
 		for _, ep := range t.Expectation.Endpoints {
-			for _, c := range ControllersTo(h, t.Expectation.NQN, ep) {
+			for _, c := range x.ControllersOf(t.Expectation.NQN) {
+				if !presentTo(c, ep) {
+					continue
+				}
 				if !c.Fabrics() {
 					continue
 				}

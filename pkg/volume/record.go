@@ -3,6 +3,7 @@ package volume
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 )
@@ -176,4 +177,38 @@ func (r Record) check() error {
 		return fmt.Errorf("volume %q: context is not in the normalized form Parse returns", r.VolumeID)
 	}
 	return nil
+}
+
+// Clone returns a copy of r that shares nothing mutable with it: its
+// slices and the contexts they point at are copied.
+func (r Record) Clone() Record {
+	r.MountFlags = slices.Clone(r.MountFlags)
+	r.Publications = slices.Clone(r.Publications)
+	r.Context = r.Context.Clone()
+	return r
+}
+
+// Clone returns a copy of c that shares nothing mutable with it.
+func (c Context) Clone() Context {
+	if c.NVMe != nil {
+		n := *c.NVMe
+		n.Endpoints, n.OptimizedEndpoints = slices.Clone(n.Endpoints), slices.Clone(n.OptimizedEndpoints)
+		for _, p := range []**int{&n.CtrlLossTmo, &n.ReconnectDelay, &n.FastIOFailTmo, &n.KeepAliveTmo, &n.NrIOQueues} {
+			if *p != nil {
+				v := **p
+				*p = &v
+			}
+		}
+		c.NVMe = &n
+	}
+	if c.ISCSI != nil {
+		i := *c.ISCSI
+		i.Portals = slices.Clone(i.Portals)
+		if i.ReplacementTimeout != nil {
+			v := *i.ReplacementTimeout
+			i.ReplacementTimeout = &v
+		}
+		c.ISCSI = &i
+	}
+	return c
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,15 +39,44 @@ const (
 	maxRecordSize = 4 << 20
 )
 
-// Store keeps one Record per staged volume as a JSON file on disk. It has no
-// in-memory cache: every call reads or writes the disk, so the files are the
-// truth across plugin restarts. A Store is safe for concurrent use on
+// Store keeps one Record per staged volume as a JSON file on disk. The
+// files are the truth across plugin restarts: every call looks at the
+// disk. What it keeps in memory is only the last parse of each record
+// file, under the identity of the file it was read from (device, inode,
+// size, modification and change time, from one stat): a file with that
+// identity is the same bytes, so it is not read and decoded again — a
+// Put replaces the file (a new inode), and any other change of it moves
+// its change time. Callers get a copy of a record; a Store is safe for
+// concurrent use on
 // different volume IDs; calls for the same volume ID must be serialized by
 // the caller (the driver's per-volume lock), otherwise the last Put wins.
 // The zero Store is not usable; create one with NewStore.
 type Store struct {
 	dir     string
 	records string
+
+	mu     sync.Mutex
+	parsed map[string]parsedRecord // record file path → its last parse
+}
+
+// parsedRecord is the last parse of a record file and the identity of the
+// file it was read from.
+type parsedRecord struct {
+	id  fileID
+	rec Record
+}
+
+// fileID tells one version of a file from every other: device and inode
+// number (a rename over it is another inode), size, and modification and
+// change times (a write in place moves both).
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func fileIDOf(st *unix.Stat_t) fileID {
+	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // NewStore returns a store kept under dir, which must be an absolute path.
@@ -62,7 +92,7 @@ func NewStore(dir string) (*Store, error) {
 	if err := mkdirDurable(records); err != nil {
 		return nil, fmt.Errorf("create staged-volume store: %w", err)
 	}
-	return &Store{dir: dir, records: records}, nil
+	return &Store{dir: dir, records: records, parsed: map[string]parsedRecord{}}, nil
 }
 
 // Dir is the directory the store was created with.
@@ -213,7 +243,7 @@ func (s *Store) RecordPath(volumeID string) string {
 // ErrNotFound.
 func (s *Store) Get(volumeID string) (Record, error) {
 	path := filepath.Join(s.records, recordName(volumeID))
-	r, err := readRecord(path)
+	r, err := s.read(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Record{}, fmt.Errorf("volume %q: %w", volumeID, ErrNotFound)
 	}
@@ -267,12 +297,15 @@ func (s *Store) Scan() (Listing, error) {
 		return Listing{}, fmt.Errorf("list staged-volume records: %w", err)
 	}
 	var l Listing
+	seen := make(map[string]bool, len(entries))
+	defer s.prune(seen)
 	for _, e := range entries {
 		if !isRecordName(e.Name()) {
 			continue
 		}
 		path := filepath.Join(s.records, e.Name())
-		r, err := readRecord(path)
+		seen[path] = true
+		r, err := s.read(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // deleted since the directory was read
 		}
@@ -349,19 +382,69 @@ func (e envelope) target() Target {
 	return Target{}
 }
 
+// read is readRecord of path, through the last parse of the file when
+// the file is the one it was read from; it returns a copy.
+func (s *Store) read(path string) (Record, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err == nil {
+		s.mu.Lock()
+		p, ok := s.parsed[path]
+		s.mu.Unlock()
+		if ok && p.id == fileIDOf(&st) {
+			return p.rec.Clone(), nil
+		}
+	}
+	r, id, err := readRecordID(path)
+	s.mu.Lock()
+	if err == nil {
+		s.parsed[path] = parsedRecord{id: id, rec: r.Clone()}
+	} else {
+		delete(s.parsed, path)
+	}
+	s.mu.Unlock()
+	return r, err
+}
+
+// prune forgets the parses of the files a Scan did not list.
+func (s *Store) prune(listed map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range s.parsed {
+		if !listed[p] {
+			delete(s.parsed, p)
+		}
+	}
+}
+
 // readRecord reads and decodes one record file. A file that does not
 // exist is an error wrapping fs.ErrNotExist; every other failure is a
 // *RecordError naming the file, with the volume and target its envelope
 // names when it can be decoded that far.
 func readRecord(path string) (Record, error) {
+	r, _, err := readRecordID(path)
+	return r, err
+}
+
+// readRecordID is readRecord, and the identity of the file it read.
+func readRecordID(path string) (Record, fileID, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Record{}, err
+		return Record{}, fileID{}, err
 	}
 	if err != nil {
-		return Record{}, &RecordError{Path: path, Err: err}
+		return Record{}, fileID{}, &RecordError{Path: path, Err: err}
 	}
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return Record{}, fileID{}, &RecordError{Path: path, Err: err}
+	}
+	r, err := decodeRecord(path, f)
+	return r, fileIDOf(&st), err
+}
+
+// decodeRecord reads and decodes the record file f at path.
+func decodeRecord(path string, f io.Reader) (Record, error) {
 	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
 	if err != nil {
 		return Record{}, &RecordError{Path: path, Err: err}

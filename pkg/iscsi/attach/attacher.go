@@ -48,12 +48,6 @@ type AttrWriter interface {
 	WriteAttr(rel, value string) error
 }
 
-// SessionClocks tells how long the observer has seen a session out of
-// LOGGED_IN. *SessionHealer implements it; Health uses it for its message.
-type SessionClocks interface {
-	DownFor(id iscsi.SessionID) (time.Duration, bool)
-}
-
 // AttacherConfig configures an Attacher.
 type AttacherConfig struct {
 	// Sys is the sysfs root. Required.
@@ -91,7 +85,7 @@ type AttacherConfig struct {
 	// Resolver resolves portal host names; net.DefaultResolver when nil.
 	Resolver iscsi.Resolver
 	// Clocks, when set, lets Health say how long a session has been down.
-	Clocks SessionClocks
+	Clocks iscsi.SessionClocks
 	// Clock times the waits for disks and maps; the real clock when nil.
 	Clock clock.Clock
 	// VerifyNode checks that the device node at path is the block device
@@ -111,6 +105,9 @@ type Attacher struct {
 	// checkNode verifies a device node against the sysfs dev attribute;
 	// tests that cannot create device nodes replace it.
 	checkNode func(path, devt string) error
+	// health reads the target of one volume for Health
+	// (iscsi.Reader.ReadTarget), remembering what cannot change.
+	health *iscsi.Reader
 }
 
 // NewAttacher validates cfg and returns an Attacher. Nothing is read or run.
@@ -163,7 +160,7 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 	if cfg.VerifyNode == nil {
 		cfg.VerifyNode = checkBlockNode
 	}
-	return &Attacher{cfg: cfg, checkNode: cfg.VerifyNode}, nil
+	return &Attacher{cfg: cfg, checkNode: cfg.VerifyNode, health: iscsi.NewReader(cfg.Sys)}, nil
 }
 
 func setDuration(d *time.Duration, v time.Duration) {

@@ -17,7 +17,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// clocks is a fixed SessionClocks.
+// clocks is a fixed iscsi.SessionClocks.
 type clocks map[iscsi.SessionID]time.Duration
 
 func (c clocks) DownFor(id iscsi.SessionID) (time.Duration, bool) {
@@ -26,7 +26,7 @@ func (c clocks) DownFor(id iscsi.SessionID) (time.Duration, bool) {
 }
 
 // captureAttacher is an Attacher reading a lab capture.
-func captureAttacher(t *testing.T, name string, c SessionClocks) *Attacher {
+func captureAttacher(t *testing.T, name string, c iscsi.SessionClocks) *Attacher {
 	t.Helper()
 	dir := t.TempDir()
 	if err := sysfstest.Materialize(filepath.Join("../../../testdata/fixtures", name+".sysfs"), dir, time.Now()); err != nil {
@@ -48,7 +48,7 @@ func TestHealth_OnTheLabCaptures(t *testing.T) {
 	for _, tc := range []struct {
 		capture string
 		rec     volume.Record
-		clocks  SessionClocks
+		clocks  iscsi.SessionClocks
 		want    volume.Condition
 	}{
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 1, "127.0.0.1", "127.0.0.2"), nil,

@@ -15,9 +15,16 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
+
+// Mender runs the repair step of the NVMe job on one subsystem
+// (*nvmeheal.Transport).
+type Mender interface {
+	Mend(ctx context.Context, m nvmeheal.Mend) (nvmeheal.Mended, error)
+}
 
 // ErrNoPath: not one endpoint of the volume could be connected.
 var ErrNoPath = errors.New("no path to the volume could be connected")
@@ -29,8 +36,10 @@ type AttacherConfig struct {
 	DevRoot   string
 	Connector nvme.Connector
 	Host      fabrics.HostIdentity
-	// Policy is the process's one heal policy.
-	Policy *heal.Policy
+	// Mender is the NVMe transport's repair step (*nvmeheal.Transport):
+	// the attach-time repair is the NVMe job's, run under the lease the
+	// NodeStage holds, through the process's one heal policy.
+	Mender Mender
 	// Clock times the waits for a namespace and a resize; the real clock
 	// when nil.
 	Clock clock.Clock
@@ -50,14 +59,16 @@ type AttacherConfig struct {
 type Attacher struct {
 	cfg AttacherConfig
 	// reader remembers the address of every controller it has seen
-	// live, which is not read while a controller is not.
+	// live, which is not read while a controller is not. Every read is of
+	// the volume's own subsystem (ReadTarget): what one volume's attach,
+	// detach or health costs does not grow with the node.
 	reader *nvme.Reader
 }
 
 // NewAttacher validates cfg and fills in defaults.
 func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
-	if cfg.Connector == nil || cfg.Policy == nil || cfg.DevRoot == "" || cfg.SysFS.Root() == "" {
-		return nil, errors.New("nvme attacher: sysfs, dev root, connector and policy are required")
+	if cfg.Connector == nil || cfg.Mender == nil || cfg.DevRoot == "" || cfg.SysFS.Root() == "" {
+		return nil, errors.New("nvme attacher: sysfs, dev root, connector and mender are required")
 	}
 	if cfg.Host.NQN == "" || cfg.Host.ID == "" {
 		return nil, errors.New("nvme attacher: host NQN and host ID are required")
@@ -133,13 +144,18 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 		level = 2 // usable already: the repair is about a path, not the stage
 	}
 	klog.V(level).InfoS("Volume not fully usable after connect; trying one repair", "volumeID", req.VolumeID, "nqn", n.NQN, "lookup", errString(locErr), "defects", len(defects))
+	// The repair is the NVMe job's own repair step, on the one subsystem
+	// whose lease this NodeStage holds: it diagnoses again on a fresh read
+	// and spares the co-tenants sysfs shows.
+	m := nvmeheal.Mend{NQN: n.NQN, Expect: []nvme.Expectation{exp}, Concern: &exp}
 	if err := req.CoTenants.Err(); err != nil {
-		for i := range defects {
-			defects[i].Blocked = err.Error()
-		}
+		m.Blocked = err.Error()
 	}
-	repairer := &nvme.Repairer{Detacher: a.cfg.Connector, Rescanner: a.cfg.Connector, SysFS: a.cfg.SysFS, Expectations: []nvme.Expectation{exp}, Clock: a.cfg.Clock}
-	outs := a.cfg.Policy.Heal(ctx, defects, repairer)
+	mended, err := a.cfg.Mender.Mend(ctx, m)
+	if err != nil {
+		return att, fmt.Errorf("repair %s: %w", n.NQN, err)
+	}
+	outs := mended.Outcomes
 	for _, o := range outs {
 		for _, p := range o.Removed {
 			created = slices.DeleteFunc(created, func(c string) bool { return c == p.Name })
@@ -177,7 +193,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 		klog.InfoS("Undo leaves the controllers it connected: other volumes use the subsystem", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","), "volumes", strings.Join(users, ","))
 		return nil
 	}
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(c.nqn)
 	if err != nil {
 		return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
 	}
@@ -205,7 +221,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 // usable over the others, and the monitor keeps trying. Only when no
 // endpoint has a controller is it an error.
 func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.Secrets) ([]string, error) {
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(n.NQN)
 	if err != nil {
 		return nil, fmt.Errorf("read nvme state: %w", err)
 	}
@@ -261,7 +277,7 @@ func (a *Attacher) waitDevice(ctx context.Context, exp nvme.Expectation) (volume
 
 // device locates the namespace and verifies its block device.
 func (a *Attacher) device(exp nvme.Expectation) (volume.Device, error) {
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(exp.NQN)
 	if err != nil {
 		return volume.Device{}, err
 	}
@@ -293,7 +309,7 @@ func (a *Attacher) device(exp nvme.Expectation) (volume.Device, error) {
 // monitor: endpoints other volumes no longer list are not this stage's
 // business.
 func (a *Attacher) defectsOf(exp nvme.Expectation) ([]heal.Defect, error) {
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(exp.NQN)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +339,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 		klog.InfoS("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other volumes use the subsystem", "volumes", strings.Join(users, ","))
 		return nil
 	}
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(n.NQN)
 	if err != nil {
 		return err
 	}
@@ -361,7 +377,7 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(n.NQN)
 	if err != nil {
 		return 0, err
 	}
@@ -388,13 +404,15 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	return before.SizeBytes, nil
 }
 
-// Health grades the volume's paths from a fresh read of sysfs.
+// Health grades the volume's paths from a fresh read of its own
+// subsystem's objects (nvme.Reader.ReadTarget): a handful of files,
+// whatever the number of volumes on the node.
 func (a *Attacher) Health(_ context.Context, rec volume.Record) volume.Condition {
 	n := rec.Context.NVMe
 	if n == nil {
 		return volume.Condition{Status: volume.Inaccessible, Reason: "NotNVMe", Message: "record is not nvme-tcp"}
 	}
-	h, err := a.reader.Read()
+	h, err := a.reader.ReadTarget(n.NQN)
 	if err != nil {
 		return volume.Condition{Status: volume.Inaccessible, Reason: "SysfsUnreadable", Message: err.Error()}
 	}

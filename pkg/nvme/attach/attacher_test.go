@@ -16,6 +16,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -41,7 +42,7 @@ func newRig(t *testing.T) *rig {
 	}
 	r := &rig{k: k, clk: clk}
 	r.att, err = attach.NewAttacher(attach.AttacherConfig{
-		SysFS: k.FS(), DevRoot: "/dev", Connector: k, Policy: policy,
+		SysFS: k.FS(), DevRoot: "/dev", Connector: k, Mender: mender(t, k, policy),
 		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
 		AttachWait: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
 	})
@@ -387,7 +388,7 @@ func mustAttacher(t *testing.T, r *rig) *attach.Attacher {
 		t.Fatal(err)
 	}
 	a, err := attach.NewAttacher(attach.AttacherConfig{
-		SysFS: r.k.FS(), DevRoot: "/dev", Connector: r.k, Policy: policy,
+		SysFS: r.k.FS(), DevRoot: "/dev", Connector: r.k, Mender: mender(t, r.k, policy),
 		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
 		AttachWait: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
 	})
@@ -395,4 +396,16 @@ func mustAttacher(t *testing.T, r *rig) *attach.Attacher {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// mender is the NVMe transport whose repair step the attacher runs, on
+// k with policy; its waits run on the real clock, as the attacher's do.
+func mender(t *testing.T, k *nvmetest.Kernel, policy *heal.Policy) *nvmeheal.Transport {
+	t.Helper()
+	tr, err := nvmeheal.New(nvmeheal.Config{}, nvmeheal.Deps{SysFS: k.FS(), Policy: policy, Connector: k,
+		Prober: nvmeheal.TCPProber{Timeout: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }

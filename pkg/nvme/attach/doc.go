@@ -13,8 +13,10 @@
 // read — and connects once more: the "already connected but unusable"
 // loop ends there. Undo disconnects exactly the controllers one Attach
 // created; Detach the volume's controllers unless a co-tenant record names
-// the subsystem. Health grades the volume's paths from a read of sysfs; Expand
-// rescans its controllers.
+// the subsystem. Every read is of the volume's own
+// subsystem (nvme.Reader.ReadTarget), so what one volume's attach, detach
+// or Health costs does not grow with the node; Health grades its paths,
+// Expand rescans its controllers.
 //
 // Invariants: it keeps no intent of its own (the driver holds the
 // target's lease around Attach, Undo and Detach); it starts no goroutine;

@@ -1,4 +1,4 @@
-package monitor
+package nvmeheal
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// Reasons of the node conditions the monitor reports.
+// Reasons of the node conditions the NVMe transport reports.
 const (
 	// ReasonTargetUnreachable: no endpoint of a target that staged
 	// volumes list answers.
@@ -67,20 +67,20 @@ func (r *reachability) prune(missing map[string]bool) {
 	}
 }
 
-// NodeConditions are the node's NVMe/TCP storage conditions as of the last
+// Conditions are the node's NVMe/TCP storage conditions as of the last
 // tick: for each target (subsystem NQN) of staged volumes with endpoints
 // that did not answer pathmend's probe, TargetUnreachable (Inaccessible)
 // when none of its listed endpoints answers, else EndpointsUnreachable
 // (Degraded). The message names each endpoint, why and since when, and
 // what to check.
-func (m *Monitor) NodeConditions() []volume.Condition {
-	m.mu.Lock()
-	listed := m.endpoints
-	m.mu.Unlock()
-	m.reach.mu.Lock()
-	defer m.reach.mu.Unlock()
+func (t *Transport) Conditions() []volume.Condition {
+	t.mu.Lock()
+	listed := t.endpoints
+	t.mu.Unlock()
+	t.reach.mu.Lock()
+	defer t.reach.mu.Unlock()
 	byNQN := map[string][]string{}
-	for key, u := range m.reach.state {
+	for key, u := range t.reach.state {
 		nqn, ep, _ := strings.Cut(key, " ")
 		byNQN[nqn] = append(byNQN[nqn], fmt.Sprintf("%s %s (since %s)", ep, u.why, u.since.UTC().Format(time.RFC3339)))
 	}
@@ -102,26 +102,30 @@ func (m *Monitor) NodeConditions() []volume.Condition {
 // trackEndpoints records, after a tick, how many endpoints staged volumes
 // list per target and forgets the unreachable ones that have a controller
 // again in host (the tick's last read) or that no volume lists any more.
-func (m *Monitor) trackEndpoints(host *nvme.Host, exps []nvme.Expectation) {
-	listed := map[string]map[string]bool{}
-	missing := map[string]bool{}
+func (t *Transport) trackEndpoints(idx *nvme.Index, exps []nvme.Expectation) {
+	type listed struct {
+		nqn string
+		ep  volume.Endpoint
+	}
+	seen := make(map[listed]bool, len(exps)*3)
+	counts := make(map[string]int, len(exps))
+	var missing map[string]bool
 	for _, e := range exps {
-		if listed[e.NQN] == nil {
-			listed[e.NQN] = map[string]bool{}
-		}
 		for _, ep := range e.Endpoints {
-			listed[e.NQN][ep.String()] = true
-			if !nvme.Covered(host, e.NQN, ep) {
+			if k := (listed{e.NQN, ep}); !seen[k] {
+				seen[k] = true
+				counts[e.NQN]++
+			}
+			if !idx.Covered(e.NQN, ep) {
+				if missing == nil {
+					missing = map[string]bool{}
+				}
 				missing[e.NQN+" "+ep.String()] = true
 			}
 		}
 	}
-	m.reach.prune(missing)
-	counts := make(map[string]int, len(listed))
-	for nqn, eps := range listed {
-		counts[nqn] = len(eps)
-	}
-	m.mu.Lock()
-	m.endpoints = counts
-	m.mu.Unlock()
+	t.reach.prune(missing)
+	t.mu.Lock()
+	t.endpoints = counts
+	t.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package monitor
+package nvmeheal
 
 import (
 	"strings"
@@ -17,7 +17,7 @@ type aligned struct {
 	want    nvme.Timeouts
 }
 
-// alignment is what the monitor remembers of the timeouts it aligned:
+// alignment is what the transport remembers of the timeouts it aligned:
 // the controller instances and heads dealt with, and the controllers last
 // logged as shared by volumes whose timeouts differ, per subsystem. The
 // tick reads it to plan; jobs, one per target at a time, write it.
@@ -33,7 +33,7 @@ func newAlignment() alignment {
 
 // tuneTargets pairs each staged volume's expectation with its effective
 // timeouts (its context's, else pathmend's defaults; nvme.TimeoutsOf).
-func tuneTargets(exps []nvme.Expectation, recs map[string]volume.Record) []nvme.TuneTarget {
+func tuneTargets(exps []nvme.Expectation, recs map[string]*volume.Record) []nvme.TuneTarget {
 	targets := make([]nvme.TuneTarget, 0, len(exps))
 	for _, e := range exps {
 		targets = append(targets, nvme.TuneTarget{Expectation: e, Timeouts: nvme.TimeoutsOf(recs[e.VolumeID].Context.NVMe)})
@@ -42,48 +42,62 @@ func tuneTargets(exps []nvme.Expectation, recs map[string]volume.Record) []nvme.
 }
 
 // planAlign marks, in repair mode, the subsystems of staged volumes with a
-// present controller not yet aligned with the timeouts its volumes want
-// (or aligned as another instance, or to other timeouts), or a head not
-// yet looked at: their job aligns them under the target's lease. It reads
-// only host (the tick's read, which does not carry the timeouts) and what
-// the monitor remembers; in a steady tick it marks nothing. It also
+// present controller whose timeouts differ from the ones its volumes
+// want, or a head whose delayed_removal_secs is not set: their job aligns
+// them under the target's lease. A controller instance (or head) it has
+// not looked at yet is read once here — its three timeouts; reading
+// takes no lease — and remembered as aligned when nothing differs, so a
+// restarted plugin whose controllers are aligned already starts no job
+// for them. A steady tick reads nothing and marks nothing. It also
 // forgets the controllers and heads host no longer has.
-func (m *Monitor) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map[string]volume.Record, need map[volume.Target]bool) {
-	if m.deps.Policy.Mode() != heal.ModeRepair {
+func (t *Transport) planAlign(idx *nvme.Index, exps []nvme.Expectation, recs map[string]*volume.Record, need map[volume.Target]string) {
+	if t.deps.Policy.Mode() != heal.ModeRepair {
 		return
 	}
+	host := idx.Host()
 	targets := tuneTargets(exps, recs)
-	want, _ := nvme.ControllerTimeouts(host, targets)
-	m.alignMu.Lock()
-	defer m.alignMu.Unlock()
+	want, _ := nvme.ControllerTimeoutsIn(idx, targets)
+	t.alignMu.Lock()
+	defer t.alignMu.Unlock()
 	for name, w := range want {
 		c, ok := host.Controller(name)
 		if !ok {
 			continue
 		}
-		if a, ok := m.align.aligned[name]; !ok || !a.created.Equal(c.CreatedAt) || a.want != w {
-			need[volume.Target{Transport: volume.TransportNVMeTCP, Name: c.SubsysNQN}] = true
+		if a, ok := t.align.aligned[name]; ok && a.created.Equal(c.CreatedAt) && a.want == w {
+			continue
 		}
+		if tunes, err := nvme.TimeoutTunesOf(t.deps.SysFS, name, w); err == nil && len(tunes) == 0 {
+			t.align.aligned[name] = aligned{created: c.CreatedAt, want: w}
+			continue
+		}
+		need[nvmeTarget(c.SubsysNQN)] = HolderOwned
 	}
-	for name := range m.align.aligned {
+	for name := range t.align.aligned {
 		if _, ok := want[name]; !ok {
-			delete(m.align.aligned, name)
+			delete(t.align.aligned, name)
 		}
 	}
 	heads := map[nvme.DeviceName]bool{}
-	for _, t := range targets {
-		loc, err := nvme.Locate(host, t.Expectation)
+	for _, tt := range targets {
+		loc, err := idx.Locate(tt.Expectation)
 		if err != nil || loc.Namespace.Head == "" {
 			continue
 		}
-		heads[loc.Namespace.Head] = true
-		if !m.align.heads[loc.Namespace.Head] {
-			need[volume.Target{Transport: volume.TransportNVMeTCP, Name: t.Expectation.NQN}] = true
+		head := loc.Namespace.Head
+		heads[head] = true
+		if t.align.heads[head] {
+			continue
 		}
+		if _, ok := nvme.DelayedRemovalTune(t.deps.SysFS, head); !ok {
+			t.align.heads[head] = true // nothing to set: the kernel has no delay, or it is set
+			continue
+		}
+		need[nvmeTarget(tt.Expectation.NQN)] = HolderOwned
 	}
-	for h := range m.align.heads {
+	for h := range t.align.heads {
 		if !heads[h] {
-			delete(m.align.heads, h)
+			delete(t.align.heads, h)
 		}
 	}
 }
@@ -101,55 +115,55 @@ func (m *Monitor) planAlign(host *nvme.Host, exps []nvme.Expectation, recs map[s
 // Each controller instance (name and creation time) is read and aligned
 // once, and again only when the timeouts its volumes want change; each
 // head is looked at once while it exists.
-func (m *Monitor) alignTimeouts(host *nvme.Host, nqn string, exps []nvme.Expectation, recs map[string]volume.Record) {
-	if m.deps.Policy.Mode() != heal.ModeRepair {
+func (t *Transport) alignTimeouts(host *nvme.Host, nqn string, exps []nvme.Expectation, recs map[string]*volume.Record) {
+	if t.deps.Policy.Mode() != heal.ModeRepair {
 		return
 	}
 	targets := tuneTargets(exps, recs)
 	want, conflicts := nvme.ControllerTimeouts(host, targets)
-	m.alignMu.Lock()
-	defer m.alignMu.Unlock()
+	t.alignMu.Lock()
+	defer t.alignMu.Unlock()
 	for name, w := range want {
 		c, ok := host.Controller(name)
 		if !ok || c.SubsysNQN != nqn {
 			continue
 		}
-		if a, ok := m.align.aligned[name]; ok && a.created.Equal(c.CreatedAt) && a.want == w {
+		if a, ok := t.align.aligned[name]; ok && a.created.Equal(c.CreatedAt) && a.want == w {
 			continue
 		}
-		tunes, err := nvme.TimeoutTunesOf(m.deps.SysFS, name, w)
+		tunes, err := nvme.TimeoutTunesOf(t.deps.SysFS, name, w)
 		if err != nil {
 			klog.V(2).InfoS("Could not read a controller's timeouts", "controller", name, "err", err)
 			continue
 		}
-		if m.apply(tunes) == len(tunes) {
-			m.align.aligned[name] = aligned{created: c.CreatedAt, want: w}
+		if t.apply(tunes) == len(tunes) {
+			t.align.aligned[name] = aligned{created: c.CreatedAt, want: w}
 		}
 	}
-	for _, t := range targets {
-		loc, err := nvme.Locate(host, t.Expectation)
-		if err != nil || loc.Namespace.Head == "" || m.align.heads[loc.Namespace.Head] {
+	for _, tt := range targets {
+		loc, err := nvme.Locate(host, tt.Expectation)
+		if err != nil || loc.Namespace.Head == "" || t.align.heads[loc.Namespace.Head] {
 			continue
 		}
 		head := loc.Namespace.Head
-		m.align.heads[head] = true
-		if tu, ok := nvme.DelayedRemovalTune(m.deps.SysFS, head); ok {
-			if m.apply([]nvme.Tune{tu}) != 1 {
-				delete(m.align.heads, head)
+		t.align.heads[head] = true
+		if tu, ok := nvme.DelayedRemovalTune(t.deps.SysFS, head); ok {
+			if t.apply([]nvme.Tune{tu}) != 1 {
+				delete(t.align.heads, head)
 			}
 		}
 	}
-	if c := strings.Join(conflicts, ","); c != m.align.conflicts[nqn] {
+	if c := strings.Join(conflicts, ","); c != t.align.conflicts[nqn] {
 		if c != "" {
 			klog.InfoS("Controllers shared by volumes whose timeouts differ keep theirs", "nqn", nqn, "controllers", c)
 		}
-		m.align.conflicts[nqn] = c
+		t.align.conflicts[nqn] = c
 	}
 }
 
 // apply writes tunes, logs each one written and returns how many were.
-func (m *Monitor) apply(tunes []nvme.Tune) int {
-	done := nvme.ApplyTunes(m.deps.SysFS, tunes)
+func (t *Transport) apply(tunes []nvme.Tune) int {
+	done := nvme.ApplyTunes(t.deps.SysFS, tunes)
 	for _, t := range done {
 		klog.InfoS("Aligned a timeout with the staged volumes", "path", t.Path, "from", t.From, "to", t.To)
 	}

@@ -1,8 +1,9 @@
-package companion
+package nvmeheal_test
 
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,11 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/pathmend/pathmend/pkg/companion"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/monitor"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -30,17 +35,22 @@ type proberFunc func(ctx context.Context, hostport string) error
 
 func (f proberFunc) Reachable(ctx context.Context, hp string) error { return f(ctx, hp) }
 
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
 // rig is a node with a fake kernel, the node plugin's record store and
-// intent owner, and companion mode's NVMe heal.
+// intent owner, and the loop in companion mode's foreign scope with the
+// NVMe transport healing what it learned.
 type rig struct {
 	k        *nvmetest.Kernel
 	clk      *clocktesting.FakeClock
 	records  *volume.Store
-	learned  *Store
+	learned  *companion.Store
 	owner    *intent.Owner
 	policy   *heal.Policy
-	n        *NVMe
-	cfg      Config
+	learner  *companion.Learner
+	m        *monitor.Monitor
+	metrics  *metrics.Metrics
+	actions  companion.Actions
 	down     atomic.Bool // the prober's answer
 	beforeGo func()      // runs before each job (a record appearing meanwhile)
 }
@@ -50,9 +60,9 @@ func twoPorts(nqn string) nvmetest.Target {
 		Ports: map[string]string{"127.0.0.1:4420": "optimized", "127.0.0.2:4420": "non-optimized"}}
 }
 
-func newRig(t *testing.T, mode heal.Mode, actions Actions) *rig {
+func newRig(t *testing.T, mode heal.Mode, actions companion.Actions) *rig {
 	t.Helper()
-	r := &rig{clk: clocktesting.NewFakeClock(t0)}
+	r := &rig{clk: clocktesting.NewFakeClock(t0), actions: actions, metrics: metrics.New()}
 	r.k = nvmetest.NewKernelInPlace(t.TempDir(), r.clk)
 	r.k.AddTarget(twoPorts(nqnF))
 	r.k.AddTarget(twoPorts(nqnP))
@@ -64,7 +74,7 @@ func newRig(t *testing.T, mode heal.Mode, actions Actions) *rig {
 	if r.records, err = volume.NewStore(state); err != nil {
 		t.Fatal(err)
 	}
-	if r.learned, err = NewStore(state); err != nil {
+	if r.learned, err = companion.NewStore(state); err != nil {
 		t.Fatal(err)
 	}
 	runner := func(f func()) {
@@ -76,24 +86,33 @@ func newRig(t *testing.T, mode heal.Mode, actions Actions) *rig {
 	if r.owner, err = intent.New(intent.Config{}, intent.Deps{Store: r.records, Clock: r.clk, Runner: runner}); err != nil {
 		t.Fatal(err)
 	}
-	r.cfg = Config{ForgetAfter: time.Hour, ConnectTimeout: 5 * time.Second, BackoffBase: 10 * time.Second, Actions: actions}
 	r.restart(t)
 	return r
 }
 
-// restart builds a new NVMe heal on the same state dir: a restarted
-// pathmend.
+// restart builds a new loop, NVMe transport and learner on the same state
+// dir: a restarted pathmend companion.
 func (r *rig) restart(t *testing.T) {
 	t.Helper()
 	var err error
-	r.n, err = NewNVMe(r.cfg, Deps{
-		SysFS: r.k.FS(), Intents: r.owner, Store: r.learned, Policy: r.policy, Connector: r.k, Clock: r.clk,
-		Prober: proberFunc(func(context.Context, string) error {
-			if r.down.Load() {
-				return errors.New("connection refused")
-			}
-			return nil
-		}),
+	if r.learner, err = companion.NewLearner(r.k.FS(), r.learned, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := nvmeheal.New(nvmeheal.Config{Foreign: r.learner, Actions: r.actions, ConnectTimeout: 5 * time.Second, BackoffBase: 10 * time.Second},
+		nvmeheal.Deps{SysFS: r.k.FS(), Policy: r.policy, Connector: r.k, Clock: r.clk,
+			Prober: proberFunc(func(context.Context, string) error {
+				if r.down.Load() {
+					return errors.New("connection refused")
+				}
+				return nil
+			}),
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m, err = monitor.New(monitor.Config{Scope: monitor.Scope{Foreign: true}}, monitor.Deps{
+		Intents: r.owner, Transports: []monitor.Transport{tr}, Model: model.New(), Policy: r.policy, Metrics: r.metrics,
+		Clock: r.clk, SysFS: r.k.FS(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -121,10 +140,10 @@ func (r *rig) attach(t *testing.T, nqn string) {
 	r.k.Refresh()
 }
 
-func (r *rig) tick() TickReport {
+func (r *rig) tick() monitor.Report {
 	r.clk.Step(3 * time.Second)
 	r.k.Refresh()
-	return r.n.Run(context.Background())
+	return r.m.Tick(context.Background())
 }
 
 func (r *rig) callsSince(n int) []string { return r.k.Calls()[n:] }
@@ -138,12 +157,12 @@ func (r *rig) giveUp() {
 	r.k.GiveUp("127.0.0.2:4420")
 }
 
-// TestNVMe_ReconnectsAGivenUpEndpointWithTheLearnedOptions: the kernel
+// TestForeign_ReconnectsAGivenUpEndpointWithTheLearnedOptions: the kernel
 // deleted a controller after its ctrl_loss_tmo; once the port answers,
 // the endpoint is connected again with exactly the options the driver
 // used. While it does not answer, it is backed off.
-func TestNVMe_ReconnectsAGivenUpEndpointWithTheLearnedOptions(t *testing.T) {
-	r := newRig(t, heal.ModeRepair, Actions{NVMeReconnect: true})
+func TestForeign_ReconnectsAGivenUpEndpointWithTheLearnedOptions(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, companion.Actions{NVMeReconnect: true})
 	r.attach(t, nqnF)
 	r.tick()
 	r.giveUp()
@@ -176,12 +195,12 @@ func TestNVMe_ReconnectsAGivenUpEndpointWithTheLearnedOptions(t *testing.T) {
 	}
 }
 
-// TestNVMe_ADisconnectRightAfterAReconnectIsADisconnect: a controller
+// TestForeign_ADisconnectRightAfterAReconnectIsADisconnect: a controller
 // companion mode connected again is live from the moment the connect
 // returns. The driver disconnecting it before any tick saw it is a
 // disconnect (forgotten), not another give-up to connect again.
-func TestNVMe_ADisconnectRightAfterAReconnectIsADisconnect(t *testing.T) {
-	r := newRig(t, heal.ModeRepair, Actions{NVMeReconnect: true})
+func TestForeign_ADisconnectRightAfterAReconnectIsADisconnect(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, companion.Actions{NVMeReconnect: true})
 	r.attach(t, nqnF)
 	r.tick()
 	r.giveUp()
@@ -190,7 +209,7 @@ func TestNVMe_ADisconnectRightAfterAReconnectIsADisconnect(t *testing.T) {
 	if rep := r.tick(); !cmp.Equal(rep.Connects, []string{nqnF + " tcp 127.0.0.2:4420"}) {
 		t.Fatalf("connects %v skipped %v", rep.Connects, rep.Skipped)
 	}
-	e := r.n.Learned()[0].Endpoints[1]
+	e := r.learner.Learned()[0].Endpoints[1]
 	if e.LastState != nvme.StateLive || !e.GoneSince.IsZero() || e.Controller == "" {
 		t.Fatalf("after the reconnect, before a tick saw it: %+v, want live and present", e)
 	}
@@ -203,20 +222,20 @@ func TestNVMe_ADisconnectRightAfterAReconnectIsADisconnect(t *testing.T) {
 	if calls := r.callsSince(before); len(calls) != 0 {
 		t.Errorf("calls after the driver's disconnect: %v", calls)
 	}
-	if len(rep.Events) != 1 || rep.Events[0].Kind != Disconnected {
+	if len(rep.Events) != 1 || !strings.HasPrefix(rep.Events[0], string(companion.Disconnected)+" ") {
 		t.Errorf("events %v, want one disconnected", rep.Events)
 	}
 }
 
-// TestNVMe_ReconnectsAfterARestartBetweenLearningAndTheGiveUp: what was
+// TestForeign_ReconnectsAfterARestartBetweenLearningAndTheGiveUp: what was
 // learned survives a restart of pathmend; the restarted one sees the
 // controller connecting, then gone, and reconnects it.
-func TestNVMe_ReconnectsAfterARestartBetweenLearningAndTheGiveUp(t *testing.T) {
-	r := newRig(t, heal.ModeRepair, Actions{NVMeReconnect: true})
+func TestForeign_ReconnectsAfterARestartBetweenLearningAndTheGiveUp(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, companion.Actions{NVMeReconnect: true})
 	r.attach(t, nqnF)
 	r.tick()
 	r.restart(t)
-	if got := r.n.Learned(); len(got) != 1 || len(got[0].Endpoints) != 2 {
+	if got := r.learner.Learned(); len(got) != 1 || len(got[0].Endpoints) != 2 {
 		t.Fatalf("learned after the restart: %+v", got)
 	}
 	r.giveUp()
@@ -231,10 +250,10 @@ func TestNVMe_ReconnectsAfterARestartBetweenLearningAndTheGiveUp(t *testing.T) {
 	}
 }
 
-// TestNVMe_DoesNotReconnectWhatTheDriverDisconnected: a live controller
+// TestForeign_DoesNotReconnectWhatTheDriverDisconnected: a live controller
 // the driver deleted is forgotten, never connected again.
-func TestNVMe_DoesNotReconnectWhatTheDriverDisconnected(t *testing.T) {
-	r := newRig(t, heal.ModeRepair, Actions{NVMeReconnect: true, NVMeRepairs: true})
+func TestForeign_DoesNotReconnectWhatTheDriverDisconnected(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, companion.Actions{NVMeReconnect: true, NVMeRepairs: true})
 	r.attach(t, nqnF)
 	r.tick()
 	if err := r.k.Disconnect("nvme1"); err != nil {
@@ -246,10 +265,10 @@ func TestNVMe_DoesNotReconnectWhatTheDriverDisconnected(t *testing.T) {
 	if calls := r.callsSince(before); len(calls) != 0 {
 		t.Errorf("calls after the driver's disconnect: %v", calls)
 	}
-	if len(rep.Events) != 1 || rep.Events[0].Kind != Disconnected {
+	if len(rep.Events) != 1 || !strings.HasPrefix(rep.Events[0], string(companion.Disconnected)+" ") {
 		t.Errorf("events %v, want one disconnected", rep.Events)
 	}
-	if got := r.n.Learned(); len(got) != 1 || len(got[0].Endpoints) != 1 {
+	if got := r.learner.Learned(); len(got) != 1 || len(got[0].Endpoints) != 1 {
 		t.Errorf("learned %+v, want only the first endpoint", got)
 	}
 	// Both gone: the subsystem is forgotten, on disk too.
@@ -257,23 +276,23 @@ func TestNVMe_DoesNotReconnectWhatTheDriverDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.tick()
-	if subs, _, _ := r.learned.Load(); len(subs) != 0 || len(r.n.Learned()) != 0 {
-		t.Errorf("after the last disconnect: on disk %v, in memory %v", subs, r.n.Learned())
+	if subs, _, _ := r.learned.Load(); len(subs) != 0 || len(r.learner.Learned()) != 0 {
+		t.Errorf("after the last disconnect: on disk %v, in memory %v", subs, r.learner.Learned())
 	}
 }
 
-// TestNVMe_ObserveAndDisabledActionsTouchNothing: observe mode, and
+// TestForeign_ObserveAndDisabledActionsTouchNothing: observe mode, and
 // repair mode with an action kind not enabled, decide and report but
 // neither connect nor tear down.
-func TestNVMe_ObserveAndDisabledActionsTouchNothing(t *testing.T) {
+func TestForeign_ObserveAndDisabledActionsTouchNothing(t *testing.T) {
 	for _, tc := range []struct {
 		mode    heal.Mode
-		actions Actions
+		actions companion.Actions
 		skip    string
 		class   heal.Class
 	}{
-		{heal.ModeObserve, Actions{NVMeReconnect: true, NVMeRepairs: true}, "observe mode: would reconnect", heal.ClassObserveMode},
-		{heal.ModeRepair, Actions{}, "not enabled (--nvme-reconnect)", heal.ClassActionDisabled},
+		{heal.ModeObserve, companion.Actions{NVMeReconnect: true, NVMeRepairs: true}, "observe mode: would reconnect", heal.ClassObserveMode},
+		{heal.ModeRepair, companion.Actions{}, "not enabled (--nvme-reconnect)", heal.ClassActionDisabled},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			r := newRig(t, tc.mode, tc.actions)
@@ -298,11 +317,11 @@ func TestNVMe_ObserveAndDisabledActionsTouchNothing(t *testing.T) {
 	}
 }
 
-// TestNVMe_RepairTearsDownAndReconnectsWithTheLearnedOptions: a live
+// TestForeign_RepairTearsDownAndReconnectsWithTheLearnedOptions: a live
 // controller with no leg (ControllerNotContributing) is torn down and
 // connected again with the driver's options.
-func TestNVMe_RepairTearsDownAndReconnectsWithTheLearnedOptions(t *testing.T) {
-	r := newRig(t, heal.ModeRepair, Actions{NVMeRepairs: true})
+func TestForeign_RepairTearsDownAndReconnectsWithTheLearnedOptions(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, companion.Actions{NVMeRepairs: true})
 	r.attach(t, nqnF)
 	r.k.DropLegs(1)
 	before := len(r.k.Calls())
@@ -319,12 +338,12 @@ func TestNVMe_RepairTearsDownAndReconnectsWithTheLearnedOptions(t *testing.T) {
 	}
 }
 
-// TestNVMe_RefusesATeardownThatLeavesANamespaceWithoutAPath: a dead
+// TestForeign_RefusesATeardownThatLeavesANamespaceWithoutAPath: a dead
 // controller that still carries the only leg of the namespace is not
 // torn down (its head would go with it): every namespace counts as in
 // use.
-func TestNVMe_RefusesATeardownThatLeavesANamespaceWithoutAPath(t *testing.T) {
-	r := newRig(t, heal.ModeRepair, Actions{NVMeRepairs: true, NVMeReconnect: true})
+func TestForeign_RefusesATeardownThatLeavesANamespaceWithoutAPath(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, companion.Actions{NVMeRepairs: true, NVMeReconnect: true})
 	if _, err := r.k.Connect(context.Background(), driverOptions(nqnF, "127.0.0.1")); err != nil {
 		t.Fatal(err)
 	}
@@ -341,12 +360,12 @@ func TestNVMe_RefusesATeardownThatLeavesANamespaceWithoutAPath(t *testing.T) {
 	}
 }
 
-// TestNVMe_LeavesTheNodePluginsTargetsAlone: one owner per kernel object.
+// TestForeign_LeavesTheNodePluginsTargetsAlone: one owner per kernel object.
 // A subsystem a staged-volume record names is never learned, reconnected
 // or repaired by companion mode, and a record that appears after the
 // tick planned (a NodeStage starting) makes the job do nothing.
-func TestNVMe_LeavesTheNodePluginsTargetsAlone(t *testing.T) {
-	r := newRig(t, heal.ModeRepair, Actions{NVMeRepairs: true, NVMeReconnect: true})
+func TestForeign_LeavesTheNodePluginsTargetsAlone(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, companion.Actions{NVMeRepairs: true, NVMeReconnect: true})
 	c, _, err := volume.Parse(map[string]string{"transport": "nvme-tcp", "nqn": nqnP, "endpoints": "127.0.0.1:4420,127.0.0.2:4420", "nsid": "1"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +377,7 @@ func TestNVMe_LeavesTheNodePluginsTargetsAlone(t *testing.T) {
 	r.attach(t, nqnF)
 	r.k.DropLegs(1) // the plugin's second controller contributes nothing
 	r.tick()
-	for _, s := range r.n.Learned() {
+	for _, s := range r.learner.Learned() {
 		if s.NQN == nqnP {
 			t.Errorf("learned the node plugin's subsystem: %+v", s)
 		}
@@ -388,18 +407,18 @@ func TestNVMe_LeavesTheNodePluginsTargetsAlone(t *testing.T) {
 	// From the next tick on it is the plugin's: forgotten by companion mode.
 	r.beforeGo = nil
 	r.tick()
-	if got := r.n.Learned(); len(got) != 0 {
+	if got := r.learner.Learned(); len(got) != 0 {
 		t.Errorf("learned %+v, want nothing", got)
 	}
 }
 
-// TestNVMe_AnUnreadableLearnedFileBlocksItsSubsystem: a learned file a
+// TestForeign_AnUnreadableLearnedFileBlocksItsSubsystem: a learned file a
 // newer pathmend wrote makes companion mode leave its subsystem alone.
-func TestNVMe_AnUnreadableLearnedFileBlocksItsSubsystem(t *testing.T) {
-	r := newRig(t, heal.ModeRepair, Actions{NVMeRepairs: true, NVMeReconnect: true})
+func TestForeign_AnUnreadableLearnedFileBlocksItsSubsystem(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, companion.Actions{NVMeRepairs: true, NVMeReconnect: true})
 	r.attach(t, nqnF)
 	r.k.DropLegs(1)
-	if err := writeFile(r.learned.Dir(), learnedName(nqnF), `{"version": 9, "nqn": "`+nqnF+`"}`); err != nil {
+	if err := os.WriteFile(r.learned.Path(nqnF), []byte(`{"version": 9, "nqn": "`+nqnF+`"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r.restart(t)
@@ -408,24 +427,17 @@ func TestNVMe_AnUnreadableLearnedFileBlocksItsSubsystem(t *testing.T) {
 	if rep := r.tick(); len(rep.Outcomes)+len(rep.Connects) != 0 || len(r.callsSince(before)) != 0 {
 		t.Errorf("acted on a blocked subsystem: %+v calls %v", rep, r.callsSince(before))
 	}
-	if len(r.n.Learned()) != 0 {
-		t.Errorf("learned %+v", r.n.Learned())
+	if len(r.learner.Learned()) != 0 {
+		t.Errorf("learned %+v", r.learner.Learned())
 	}
 }
 
-// TestNVMe_CountsItsDefectsAndVerdicts: in `pathmend companion` the
+// TestForeign_CountsItsDefectsAndVerdicts: in `pathmend companion` the
 // learned subsystems' defects set pathmend_defects and their verdicts
 // count in pathmend_repairs_total, as the node plugin's do.
-func TestNVMe_CountsItsDefectsAndVerdicts(t *testing.T) {
-	r := newRig(t, heal.ModeObserve, Actions{})
-	m := metrics.New()
-	r.cfg.DefectGauge = true
-	var err error
-	r.n, err = NewNVMe(r.cfg, Deps{SysFS: r.k.FS(), Intents: r.owner, Store: r.learned, Policy: r.policy, Connector: r.k, Clock: r.clk,
-		Prober: proberFunc(func(context.Context, string) error { return nil }), Metrics: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestForeign_CountsItsDefectsAndVerdicts(t *testing.T) {
+	r := newRig(t, heal.ModeObserve, companion.Actions{})
+	m := r.metrics
 	r.attach(t, nqnF)
 	r.k.DropLegs(1)
 	r.tick()

@@ -1,4 +1,4 @@
-package monitor
+package nvmeheal
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/metrics"
+	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/monitor"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
@@ -40,6 +42,14 @@ type memIntents struct {
 }
 
 func (m memIntents) Scan() (volume.Listing, error) { return m.l, nil }
+func (m memIntents) Get(id string) (volume.Record, error) {
+	for _, r := range m.l.Records {
+		if r.VolumeID == id {
+			return r, nil
+		}
+	}
+	return volume.Record{}, volume.ErrNotFound
+}
 func (m memIntents) Go(context.Context, volume.Target, string, func(context.Context, *intent.Lease)) (bool, string) {
 	m.b.Fatal("healthy tick started a job")
 	return false, ""
@@ -65,41 +75,51 @@ func benchNode(b *testing.B) (sysfs.FS, []volume.Record) {
 	return sysfs.New(dir), recs
 }
 
-// benchMonitor is a monitor of the staged volumes recs in repair mode
-// that fails the benchmark if it connects or tears down anything.
-func benchMonitor(b *testing.B, fsys sysfs.FS, recs []volume.Record) *Monitor {
+// benchMonitor is the loop over the NVMe transport for the staged
+// volumes recs in repair mode, failing the benchmark if it connects or
+// tears down anything.
+func benchMonitor(b *testing.B, fsys sysfs.FS, recs []volume.Record) (*monitor.Monitor, *Transport, *model.Model) {
 	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair})
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := New(Config{}, Deps{SysFS: fsys, Intents: memIntents{b: b, l: volume.Listing{Records: recs}},
-		Policy: policy, Connector: refusingConnector{b}, Prober: TCPProber{Timeout: time.Millisecond}, Metrics: metrics.New(),
+	tr, err := New(Config{Owned: true}, Deps{SysFS: fsys, Policy: policy, Connector: refusingConnector{b}, Host: benchHost,
+		Prober: TCPProber{Timeout: time.Millisecond}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mdl := model.New()
+	m, err := monitor.New(monitor.Config{}, monitor.Deps{Intents: memIntents{b: b, l: volume.Listing{Records: recs}},
+		Transports: []monitor.Transport{tr}, Model: mdl, Policy: policy, Metrics: metrics.New(), SysFS: fsys,
 		PathExists: func(string) bool { return true }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	alignAll(b, m, recs)
-	return m
+	alignAll(b, tr, recs)
+	return m, tr, mdl
 }
+
+var benchHost = fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"}
 
 // alignAll does what the first ticks' jobs of a running plugin did: align
 // the staged volumes' controller timeouts, so that a steady tick plans no
 // job for them.
-func alignAll(b *testing.B, m *Monitor, recs []volume.Record) {
-	h, err := m.nvme.Read()
+func alignAll(b *testing.B, t *Transport, recs []volume.Record) {
+	h, err := t.reader.Read()
 	if err != nil {
 		b.Fatal(err)
 	}
-	byID := map[string]volume.Record{}
-	for _, r := range recs {
-		byID[r.VolumeID] = r
+	byID := map[string]*volume.Record{}
+	for i, r := range recs {
+		byID[r.VolumeID] = &recs[i]
 		if e, ok := nvme.ExpectationFromRecord(r); ok {
-			m.alignTimeouts(h, e.NQN, []nvme.Expectation{e}, byID)
+			t.alignTimeouts(h, e.NQN, []nvme.Expectation{e}, byID)
 		}
 	}
 }
 
-// BenchmarkTick is one monitor tick over 1,000 healthy staged volumes × 3
+// BenchmarkTick is one tick of the loop (pkg/monitor) with the NVMe
+// transport over 1,000 healthy staged volumes × 3
 // paths, in the steady state of a running plugin: the first tick (which
 // reads every attribute, as a restarted plugin does) runs before the
 // timer. A tick lists every directory, re-reads every attribute that can
@@ -114,7 +134,7 @@ func alignAll(b *testing.B, m *Monitor, recs []volume.Record) {
 // os.ReadFile loop run right after each tick (timer stopped).
 func BenchmarkTick(b *testing.B) {
 	fsys, recs := benchNode(b)
-	m := benchMonitor(b, fsys, recs)
+	m, tr, mdl := benchMonitor(b, fsys, recs)
 	floor := sysbench.ReadableFiles(b, fsys.Root())
 	tick := func() {
 		rep := m.Tick(context.Background())
@@ -123,13 +143,13 @@ func BenchmarkTick(b *testing.B) {
 		}
 	}
 	tick()
-	counts := m.nvme.Counts()
+	counts := tr.reader.Counts()
 	b.ReportAllocs()
 	ratio, reads := sysbench.Ratio(b, floor, tick)
-	if st, _ := m.Status("vol-0999"); st.Paths.Live != benchPaths {
+	if st, _ := mdl.Snapshot().Volume("vol-0999"); func() int { l, _ := st.Live(); return l }() != benchPaths {
 		b.Fatalf("status = %+v", st)
 	}
-	after := m.nvme.Counts()
+	after := tr.reader.Counts()
 	n := float64(b.N)
 	b.ReportMetric(float64(after.Reads-counts.Reads)/n, "files/op")
 	b.ReportMetric(float64(after.Lists-counts.Lists)/n, "dirs/op")
@@ -151,10 +171,10 @@ func BenchmarkTick(b *testing.B) {
 // plugin's first tick does.
 func BenchmarkTickForgetful(b *testing.B) {
 	fsys, recs := benchNode(b)
-	m := benchMonitor(b, fsys, recs)
+	m, tr, _ := benchMonitor(b, fsys, recs)
 	b.ReportAllocs()
 	ratio, reads := sysbench.Ratio(b, sysbench.ReadableFiles(b, fsys.Root()), func() {
-		m.nvme = nvme.NewReader(fsys, nvme.ScopePaths)
+		tr.reader = nvme.NewReader(fsys, nvme.ScopePaths)
 		if rep := m.Tick(context.Background()); len(rep.Defects)+len(rep.Connects)+len(rep.Skipped) != 0 {
 			b.Fatalf("healthy node: %+v", rep)
 		}

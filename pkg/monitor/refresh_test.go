@@ -1,0 +1,64 @@
+package monitor
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
+	"github.com/pathmend/pathmend/pkg/volume"
+)
+
+// A kernel event names one controller: the model says which target it
+// serves, and RefreshTarget reads that target's objects alone and writes
+// its volumes — another target's entry keeps its read — without a tick;
+// a tick whose read began before the refresh does not overwrite it.
+func TestRefreshTarget_ReadsAndWritesOneTarget(t *testing.T) {
+	r := newRigKernel(t, heal.ModeObserve, nil, func(f func()) { f() }, nvmetest.NewKernelInPlace)
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"), rec("vol-b", nqnB, "127.0.0.3", "127.0.0.4"))
+	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
+	r.connectAged(t, nqnB, "127.0.0.3", "127.0.0.4")
+	ctx := context.Background()
+	r.m.Tick(ctx)
+	ticked := r.clk.Now()
+	snap := r.m.deps.Model.Snapshot()
+	tg, ok := snap.TargetOf("nvme1")
+	if !ok || tg != (volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnA}) {
+		t.Fatalf("TargetOf(nvme1) = %v, %v", tg, ok)
+	}
+
+	r.clk.Step(time.Second)
+	r.k.SetState(1, "connecting")
+	early := r.m.deps.Model.Stamp(r.clk.Now()) // a tick's read that begins now, before the refresh
+	before := r.tr.Reader().Counts()
+	if err := r.m.RefreshTarget(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	reads := r.tr.Reader().Counts().Reads - before.Reads
+	a, _ := r.status("vol-a")
+	b, _ := r.status("vol-b")
+	if live, _ := a.Live(); live != 1 || !a.ReadAt.Equal(r.clk.Now()) || !strings.Contains(a.Condition.Message, "nvme1 connecting") {
+		t.Errorf("vol-a after the refresh of its target: %+v", a)
+	}
+	if a.Paths[1].State != model.PathDown || !a.Paths[1].Since.Equal(r.clk.Now()) || !a.Paths[0].Since.Equal(ticked) {
+		t.Errorf("vol-a's paths: %+v", a.Paths)
+	}
+	if !b.ReadAt.Equal(ticked) {
+		t.Errorf("vol-b was read again: %+v", b)
+	}
+	if reads != 4 {
+		t.Errorf("the refresh of one target read %d attribute files, want 4 (two states, two ANA states)", reads)
+	}
+
+	// A tick whose read began before the refresh commits after it: the
+	// refresh's read is kept.
+	r.m.deps.Model.Update(func(tx *model.Txn) {
+		tx.Put(early, model.Volume{ID: "vol-a", Target: tg, Scope: model.Owned})
+	})
+	if a, _ := r.status("vol-a"); !a.ReadAt.Equal(r.clk.Now()) {
+		t.Errorf("an older read replaced the refresh: %+v", a)
+	}
+}
