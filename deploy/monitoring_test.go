@@ -115,6 +115,10 @@ func pathmendMetrics(t *testing.T) map[string]metricFamily {
 	m.SetUnreadableRecords(1)
 	m.ObserveIntent("attaching", "rolled back")
 	m.ObserveIntent("detaching", "failed")
+	m.ObserveUevent("nvme", true)
+	m.ObserveUeventLoss("socket")
+	m.ObserveEventRefresh("target")
+	m.ObserveEventDecision(time.Millisecond)
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ import (
 // companionShared are the flags `pathmend companion` shares with serve:
 // the same names, meanings and defaults (but --heal, observe here).
 var companionShared = []string{
-	"sys-root", "dev-root", "state-dir", "heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout",
+	"sys-root", "dev-root", "state-dir", "heal", "monitor-interval", "kernel-events", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout",
 	"iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "host-mountinfo", "metrics-address",
 }
 
@@ -66,7 +66,7 @@ pathmend node plugin staged (a record in --state-dir names them) are left to
 the plugin. docs/companion.md is the runbook.`,
 		groups: []flagGroup{
 			{"Node state flags", []string{"sys-root", "dev-root", "state-dir"}},
-			{"Healing flags", []string{"heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout"}},
+			{"Healing flags", []string{"heal", "monitor-interval", "kernel-events", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout"}},
 			{"Companion action flags", []string{"nvme-reconnect", "nvme-repairs", "iscsi-relogin", "iscsid-restart", "forget-after"}},
 			{"iSCSI flags", []string{"iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "host-mountinfo"}},
 			{"Metrics flags", []string{"metrics-address"}},
@@ -171,9 +171,10 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 	if err != nil {
 		return err
 	}
+	events, eventTasks := kernelEvents(c.kernelEvents && mode != heal.ModeOff, m)
 	mon, err := monitor.New(monitor.Config{Interval: c.monitorInterval, Scope: monitor.Scope{Foreign: true}}, monitor.Deps{
 		Intents: owner, Transports: []monitor.Transport{nvmeTr, iscsiTr}, Model: ns.model, Policy: policy,
-		Metrics: m, Clock: clk, SysFS: sys,
+		Metrics: m, Clock: clk, SysFS: sys, Events: events,
 	})
 	if err != nil {
 		return err
@@ -186,6 +187,7 @@ func runCompanionMode(ctx context.Context, c serveConfig, cf companionFlags) err
 	tasks := []task{{"companion", func(ctx context.Context) error { <-ctx.Done(); return nil }}}
 	if mode != heal.ModeOff {
 		tasks = append(tasks, task{"monitor", mon.Run})
+		tasks = append(tasks, eventTasks...)
 	}
 	if c.metricsAddress != "" {
 		tasks = append(tasks, task{"metrics", func(ctx context.Context) error {

@@ -62,7 +62,7 @@ nothing). SIGTERM or SIGINT stops it after in-flight RPCs finish (at most
 			{"CSI flags", []string{"endpoint", "node-id", "driver-name", "max-volumes-per-node", "topology-key", "topology-value", "default-fs-type", "shutdown-timeout"}},
 			{"Node state flags", []string{"sys-root", "dev-root", "proc-root", "state-dir", "kubelet-root", "intent-timeout", "hostnqn-file", "hostid-file"}},
 			{"Filesystem flags", []string{"kernel-call-timeout", "xfs-repair"}},
-			{"Healing flags", []string{"heal", "monitor-interval", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout", "reconnect-backoff-max", "attach-timeout"}},
+			{"Healing flags", []string{"heal", "monitor-interval", "kernel-events", "heal-grace", "heal-cooldown", "heal-max-scope", "connect-timeout", "reconnect-backoff-max", "attach-timeout"}},
 			{"Companion flags", []string{"heal-foreign", "nvme-reconnect", "nvme-repairs", "forget-after"}},
 			{"iSCSI flags", []string{"heal-iscsi-scope", "iscsi-stuck-threshold", "iscsid-restart-cooldown", "iscsid-restart-command", "host-command-prefix", "host-mountinfo", "no-multipathd"}},
 			{"Metrics flags", []string{"metrics-address"}},

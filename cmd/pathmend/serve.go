@@ -46,6 +46,7 @@ type serveConfig struct {
 
 	metricsAddress  string
 	monitorInterval time.Duration
+	kernelEvents    bool
 	connectTimeout  time.Duration
 	backoffMax      time.Duration
 	attachTimeout   time.Duration
@@ -85,6 +86,7 @@ func defaultServeConfig() serveConfig {
 		kubeletRoot:     "/var/lib/kubelet",
 		shutdownTimeout: 30 * time.Second,
 		monitorInterval: 3 * time.Second,
+		kernelEvents:    true,
 		connectTimeout:  10 * time.Second,
 		backoffMax:      nvmeheal.DefaultBackoffMax,
 		attachTimeout:   15 * time.Second,
@@ -123,7 +125,8 @@ func (c *serveConfig) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeletRoot, "kubelet-root", c.kubeletRoot, "kubelet's root directory: every staging, target and volume path a request names must be inside it (empty: any absolute path)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight RPCs may run after SIGTERM")
 	fs.StringVar(&c.metricsAddress, "metrics-address", c.metricsAddress, "listen address of /metrics and /healthz, e.g. :9811 (off when empty)")
-	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter)")
+	fs.DurationVar(&c.monitorInterval, "monitor-interval", c.monitorInterval, "time between monitor ticks (plus up to 20% jitter); with --kernel-events the tick is the backstop for what the kernel does not announce")
+	fs.BoolVar(&c.kernelEvents, "kernel-events", c.kernelEvents, "listen to the kernel's uevents (netlink, the kernel's group; no udev) and read and heal the target one names at once instead of at the next tick (docs/uevents.md)")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", c.connectTimeout, "bound of one NVMe-oF connect")
 	fs.DurationVar(&c.backoffMax, "reconnect-backoff-max", c.backoffMax, "longest wait between reconnects of an NVMe-oF endpoint whose probe gets no answer or whose connect fails (refusals are retried every tick)")
 	fs.DurationVar(&c.attachTimeout, "attach-timeout", c.attachTimeout, "how long NodeStage waits for a namespace after connecting")
@@ -301,9 +304,10 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
+	events, eventTasks := kernelEvents(c.kernelEvents && mode != heal.ModeOff, m)
 	mon, err := monitor.New(loop, monitor.Deps{
 		Intents: owner, Transports: []monitor.Transport{nvmeTr, iscsiTr}, Model: ns.model, Policy: policy,
-		Reconciler: reconciler, Metrics: m, Clock: clk, SysFS: sys, Staged: d.StagedDevices,
+		Reconciler: reconciler, Metrics: m, Clock: clk, SysFS: sys, Staged: d.StagedDevices, Events: events,
 		Filesystems: d.FilesystemHealth,
 	})
 	if err != nil {
@@ -323,6 +327,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	tasks := []task{{"csi server", func(ctx context.Context) error { return d.Run(ctx, c.endpoint, c.shutdownTimeout) }}}
 	if mode != heal.ModeOff {
 		tasks = append(tasks, task{"monitor", mon.Run})
+		tasks = append(tasks, eventTasks...)
 	}
 	if c.metricsAddress != "" {
 		tasks = append(tasks, task{"metrics", func(ctx context.Context) error { return metrics.Serve(ctx, c.metricsAddress, m, check) }})

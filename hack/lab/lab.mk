@@ -13,7 +13,7 @@ SOAK_SEED    ?=
 CI_SOAK_MINUTES ?= 5
 CI_SOAK_SEED    ?= 16
 
-.PHONY: lab e2e e2e-under-load fixtures lab-image lab-shell lab-timings soak
+.PHONY: lab e2e e2e-under-load fixtures lab-image lab-shell lab-timings soak lab-uevents
 
 lab: ## boot the lab guest, build real NVMe/iSCSI targets, show the topology and talk CSI to pathmend
 	$(LAB_RUN) lab
@@ -38,3 +38,6 @@ lab-shell: ## interactive shell in the lab guest with the target helpers loaded
 
 lab-timings: ## add the runs in hack/lab/out/timings.tsv to hack/lab/timings/runs.tsv and render hack/lab/README.md's measured table
 	$(GO) run ./hack/lab/timings -add hack/lab/out/timings.tsv
+
+lab-uevents: ## record the kernel's uevents through the fault catalogue into testdata/uevents and render docs/uevents.md's table
+	$(LAB_RUN) uevents

@@ -7,6 +7,8 @@
 #   run.sh fixtures [NAME...]     capture fixtures into testdata/fixtures (make fixtures)
 #   run.sh soak MINUTES [SEED]    the fault soak with verified I/O (make soak)
 #   run.sh shell                  interactive guest shell (make lab-shell)
+#   run.sh uevents                record the kernel's uevents through the fault
+#                                 catalogue into testdata/uevents (make lab-uevents)
 #
 # Each command builds the Go binaries it needs (static, CGO_ENABLED=0),
 # lays out a share directory (hack/lab/out/<command>: bin/, guest/, job.sh,
@@ -349,6 +351,34 @@ cmd_fixtures() {
 	fi
 }
 
+# cmd_uevents runs the fault catalogue in a fresh guest with the uevent
+# recorder (guest/uevents.sh), splits the recording by fault into
+# testdata/uevents (LAB_UEVENT_DIR elsewhere) and renders the table of
+# docs/uevents.md from it.
+cmd_uevents() {
+	local share img rc=0 dir=${LAB_UEVENT_DIR:-$REPO_ROOT/testdata/uevents} out
+	img=$("$LAB_DIR/image/build.sh")
+	share=$(share_dir uevents)
+	build_tools "$share"
+	go_build "$share/bin/uevents" ./hack/lab/uevents
+	echo 'exec bash /lab/guest/uevents.sh' >"$share/job.sh"
+	"$LAB_DIR/boot.sh" --timeout "${LAB_BOOT_TIMEOUT:-900}" --image "$img" "$share" || rc=$?
+	out=$share/out/uevents
+	if [ $rc -ne 0 ] || [ ! -s "$out/events.jsonl" ]; then
+		lab_die "uevents: the guest run failed (exit $rc); guest log: $share/out/job.log"
+	fi
+	mkdir -p "$dir"
+	rm -f "$dir"/*.json
+	(cd "$REPO_ROOT" && "$GO" run ./hack/lab/uevents split -events "$out/events.jsonl" -marks "$out/marks.jsonl" \
+		-kernel "$(head -n1 "$out/kernel.txt") (Debian $(sed -n 2p "$out/kernel.txt"))" -o "$dir") || return
+	if [ -z "${LAB_UEVENT_DIR:-}" ]; then
+		(cd "$REPO_ROOT" && "$GO" run ./hack/lab/uevents render) || return
+		lab_step "uevents: recordings in $dir, table in docs/uevents.md"
+	else
+		lab_step "uevents: recordings in $dir"
+	fi
+}
+
 main() {
 	local cmd=${1:-}
 	[ $# -gt 0 ] && shift
@@ -363,7 +393,8 @@ main() {
 	fixtures) cmd_fixtures "$@" ;;
 	shell) cmd_shell "$@" ;;
 	soak) cmd_soak "$@" ;;
-	*) lab_die "usage: run.sh image|lab|e2e [RUN]|fixtures [NAME...]|shell|soak MINUTES [SEED]" ;;
+	uevents) cmd_uevents "$@" ;;
+	*) lab_die "usage: run.sh image|lab|e2e [RUN]|fixtures [NAME...]|shell|soak MINUTES [SEED]|uevents" ;;
 	esac
 }
 

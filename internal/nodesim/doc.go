@@ -32,6 +32,15 @@
 // and back, a controller deleted by the kernel, a namespace disabled and
 // enabled on the target, an iSCSI session failed and recovered.
 //
+// Kernel events are a seam too: the fake kernel and host announce every
+// change (pathmend's own included) as the lab's kernel does, the events
+// wait in the process's socket, and the scheduler delivers them to the
+// loop (Monitor.HandleEvents, an actor like a tick, never beside one):
+// all of them, or only the oldest, or none with the loss reported (an
+// overflow: the loop reads everything), or all but one dropped without a
+// word (the tick must find what it said). Deferred decisions that fall
+// due are delivered the same way. A crash loses the socket's events.
+//
 // Checked after every step: every record but the newer pathmend's parses;
 // an acknowledged staged volume loses a live path only to a fault (no RPC
 // for it is in flight, so an action for another volume or by the monitor

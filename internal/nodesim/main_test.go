@@ -40,11 +40,18 @@ type stats struct {
 	mu       sync.Mutex
 	releases map[string]int // seam kind → actors let through it
 	crashes  map[string]int // seam kind → actors killed parked at it ("blocked": on a lock or asleep)
+	events   map[string]int // kernel events delivered, lost, dropped; the loop's decisions, jobs and full reads
 	traces   map[uint64]bool
 }
 
 func newStats() *stats {
-	return &stats{releases: map[string]int{}, crashes: map[string]int{}, traces: map[uint64]bool{}}
+	return &stats{releases: map[string]int{}, crashes: map[string]int{}, events: map[string]int{}, traces: map[uint64]bool{}}
+}
+
+func (st *stats) event(kind string, n int) {
+	st.mu.Lock()
+	st.events[kind] += n
+	st.mu.Unlock()
 }
 
 // ran counts a schedule's trace: distinct traces are distinct
@@ -198,6 +205,7 @@ func TestSimulation(t *testing.T) {
 		fmt.Sprintf("%d schedules × %d steps in %s on %d CPUs: %.0f schedules/s", ran.Load(), *steps, took.Round(time.Millisecond), runtime.GOMAXPROCS(0), float64(ran.Load())/took.Seconds()),
 		fmt.Sprintf("seams let through (kind: times): %s", counts(st.releases)),
 		fmt.Sprintf("actors killed by a crash (where: times): %s", counts(st.crashes)),
+		fmt.Sprintf("kernel events (what: how many): %s", counts(st.events)),
 		fmt.Sprintf("(seam kind, crash) pairs covered: %d of %d seam kinds; distinct traces: %d", len(st.crashes)-boolInt(st.crashes["blocked"] > 0), len(st.releases), len(st.traces)),
 		fmt.Sprintf("log lines checked for the CHAP secret: %d", w.lines.Load()),
 		fmt.Sprintf("%d schedules, %d violations", ran.Load(), violations.Load()),

@@ -62,6 +62,7 @@ func (p *process) point(what string) {
 func (s *sim) start() *process {
 	p := &process{sim: s, gen: s.gen}
 	s.gen++
+	s.forgetEvents()
 	store, err := volume.NewStore(s.stateDir)
 	if err != nil {
 		panic(err)

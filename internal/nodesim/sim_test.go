@@ -22,6 +22,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
+	"github.com/pathmend/pathmend/pkg/uevent"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -96,6 +97,9 @@ type sim struct {
 	trace    []string
 	ticking  bool
 	failing  bool
+	// pending are the kernel events announced and not yet delivered to
+	// the process's loop (events_test.go).
+	pending []uevent.Event
 	// quiescing: the faults are over, and a restart finds no newer
 	// pathmend's record any more.
 	quiescing bool
@@ -201,6 +205,8 @@ func newSim(t *testing.T, seed uint64, st *stats) *sim {
 			"transport": "iscsi", "iqn": iqnT, "portals": "127.0.0.1,127.0.0.2", "lun": fmt.Sprint(lun)}}
 	}
 	s.vols = []*vol{nv("a1", nqnA, 1), nv("a2", nqnA, 2), nv("b1", nqnB, 1), is("i0", 0), is("i1", 1)}
+	s.kernel.Announce()
+	s.host.Announce()
 	s.proc = s.start()
 	return s
 }
@@ -467,9 +473,13 @@ func (s *sim) step() {
 		s.crashNow()
 	case x < 53 && n > 0:
 		s.release(s.rng.IntN(n), true)
-	case x < 61:
+	case x < 57:
 		if !s.ticking {
 			s.tick()
+		}
+	case x < 61:
+		if !s.ticking {
+			s.deliverEvents()
 		}
 	case x < 65:
 		d := time.Duration(s.rng.IntN(400)) * time.Second
@@ -603,6 +613,8 @@ func (s *sim) quiesce() {
 		s.clk.Step(d)
 		s.kernel.Refresh()
 		s.dirty = true
+		s.deliverAll()
+		s.drain()
 		s.tick()
 		s.drain()
 	}

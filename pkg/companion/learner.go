@@ -134,6 +134,45 @@ func (l *Learner) Learn(host *nvme.Host, own Owner, read uint64, now time.Time) 
 	return out, events
 }
 
+// LearnTarget is Learn for one subsystem, nqn, from host, a read of that
+// subsystem's objects only (nvme.Reader.ReadTarget), numbered read: a
+// kernel event named it. What is learned of every other subsystem is
+// left as it is. own is the node plugin's records of nqn: when it owns
+// nqn, what was learned of it is handed over (forgotten here) and ok is
+// false. It returns a copy of the subsystem as learned after (ok false
+// when it is not, or no longer, learned), and what changed.
+func (l *Learner) LearnTarget(host *nvme.Host, nqn string, own Owner, read uint64, now time.Time) (sub Subsystem, ok bool, events []Event) {
+	seen := l.sightings(host, own)
+	only := map[string][]Sighting{}
+	if s, ok := seen[nqn]; ok {
+		only[nqn] = s
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev := map[string]Subsystem{}
+	if s, ok := l.learned[nqn]; ok {
+		if own.Owns(nqn) {
+			delete(l.learned, nqn)
+			l.persist(nil, []string{nqn})
+			klog.InfoS("Learned subsystem handed to the node plugin: a staged-volume record names it", "nqn", nqn)
+			return Subsystem{}, false, nil
+		}
+		prev[nqn] = s
+	}
+	if own.Owns(nqn) {
+		return Subsystem{}, false, nil
+	}
+	next, changed, forgotten, events := learn(prev, only, l.held(read), l.forgetAfter, now)
+	if s, ok := next[nqn]; ok {
+		l.learned[nqn] = s
+	} else {
+		delete(l.learned, nqn)
+	}
+	l.persist(changed, forgotten)
+	s, ok := next[nqn]
+	return s.clone(), ok, events
+}
+
 // held returns the endpoints connected again after read began, which
 // read may have missed, and forgets those every later read sees. Call
 // with mu held.

@@ -99,6 +99,10 @@ type Outcome struct {
 	Removed []Path
 	// Err is the repair error of a Failed outcome.
 	Err error
+	// Until is when a Deferred verdict may change: the end of the
+	// cooldown or of the grace that deferred it; zero otherwise. The loop
+	// decides on the defect again then instead of at its next tick.
+	Until time.Time
 	// FirstStep says what the non-destructive first step did this time
 	// (see FirstStepper), e.g. "rescan nvme0, nvme1: the namespace is
 	// still missing"; "" when none ran. It ran whatever the verdict on
@@ -263,14 +267,15 @@ func (p *Policy) decide(d Defect) Outcome {
 		return Outcome{Defect: d, Verdict: Refused, Class: ClassCoTenants, Reason: "would leave co-tenants with no accessible path: " + coTenantNames(d.CoTenants)}
 	}
 	if left, ago := p.cooldown.Left(d.Key); left > 0 {
-		return Outcome{Defect: d, Verdict: Deferred, Class: ClassCooldown, Reason: fmt.Sprintf("cooldown: repaired %s ago, %s left", round(ago), round(left))}
+		return Outcome{Defect: d, Verdict: Deferred, Class: ClassCooldown, Reason: fmt.Sprintf("cooldown: repaired %s ago, %s left", round(ago), round(left)), Until: now.Add(left)}
 	}
 	for _, path := range d.Teardown {
 		if path.CreatedAt.IsZero() {
 			continue // unknown age: not young as far as anyone can tell
 		}
 		if age := now.Sub(path.CreatedAt); age < p.cfg.Grace {
-			return Outcome{Defect: d, Verdict: Deferred, Class: ClassGrace, Reason: fmt.Sprintf("grace: %s is %s old, %s left", path.Name, round(age), round(p.cfg.Grace-age))}
+			return Outcome{Defect: d, Verdict: Deferred, Class: ClassGrace, Reason: fmt.Sprintf("grace: %s is %s old, %s left", path.Name, round(age), round(p.cfg.Grace-age)),
+				Until: path.CreatedAt.Add(p.cfg.Grace)}
 		}
 	}
 	return Outcome{Defect: d, Verdict: Repaired}

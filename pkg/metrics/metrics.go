@@ -9,6 +9,7 @@ package metrics
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,10 @@ type Metrics struct {
 	processes         prometheus.Counter
 	unreadable        prometheus.Gauge
 	intents           *prometheus.CounterVec
+	uevents           *prometheus.CounterVec
+	ueventLosses      *prometheus.CounterVec
+	eventRefreshes    *prometheus.CounterVec
+	eventLatency      prometheus.Histogram
 
 	lastTick atomic.Int64 // unix nanoseconds of the end of the last tick
 }
@@ -88,8 +93,26 @@ func New() *Metrics {
 			Namespace: namespace, Name: "intent_reconciliations_total",
 			Help: "Verdicts on interrupted intents by record state (attaching, detaching) and verdict (rolled back, finished, kept, refused, failed, observed).",
 		}, []string{"state", "verdict"}),
+		uevents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "uevents_total",
+			Help: "Kernel uevents received, by subsystem (nvme, nvme-subsystem, block, scsi, iscsi_session, iscsi_connection, other) and whether they may change a path pathmend keeps (relevant: true, false).",
+		}, []string{"subsystem", "relevant"}),
+		ueventLosses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "uevent_losses_total",
+			Help: "Times kernel uevents were lost, by reason (socket: the receive buffer overflowed; queue: the loop fell behind; truncated, malformed, receive). Each loss makes the loop read every target again at once.",
+		}, []string{"reason"}),
+		eventRefreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "event_refreshes_total",
+			Help: "Reads the loop made because of kernel uevents, by scope: target (the objects of one target an event named), full (every target, after a loss).",
+		}, []string{"scope"}),
+		eventLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "event_decision_seconds",
+			Help:    "From the receipt of the first kernel uevent of a burst for a target to the loop's decision on it (the target read and planned, its job started or found unneeded).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
 	}
 	m.reg.MustRegister(m.volumePaths, m.stagedReplaced, m.filesystemState, m.defects, m.repairs, m.sessionRecoveries, m.tickDuration, m.processes, m.unreadable, m.intents,
+		m.uevents, m.ueventLosses, m.eventRefreshes, m.eventLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -238,4 +261,45 @@ func (m *Metrics) ProcessStarted() {
 		return
 	}
 	m.processes.Inc()
+}
+
+// ueventSubsystems are the subsystems counted under their own name; every
+// other one is "other", so the label stays a closed set.
+var ueventSubsystems = map[string]bool{"nvme": true, "nvme-subsystem": true, "block": true, "scsi": true, "iscsi_session": true, "iscsi_connection": true}
+
+// ObserveUevent counts one kernel uevent received (uevent.Metrics).
+func (m *Metrics) ObserveUevent(subsystem string, relevant bool) {
+	if m == nil {
+		return
+	}
+	if !ueventSubsystems[subsystem] {
+		subsystem = "other"
+	}
+	m.uevents.WithLabelValues(subsystem, strconv.FormatBool(relevant)).Inc()
+}
+
+// ObserveUeventLoss counts one loss of kernel uevents (uevent.Metrics).
+func (m *Metrics) ObserveUeventLoss(reason string) {
+	if m == nil {
+		return
+	}
+	m.ueventLosses.WithLabelValues(reason).Inc()
+}
+
+// ObserveEventRefresh counts one read the loop made because of kernel
+// uevents: scope "target" or "full".
+func (m *Metrics) ObserveEventRefresh(scope string) {
+	if m == nil {
+		return
+	}
+	m.eventRefreshes.WithLabelValues(scope).Inc()
+}
+
+// ObserveEventDecision records the time from an event's receipt to the
+// loop's decision on its target.
+func (m *Metrics) ObserveEventDecision(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.eventLatency.Observe(d.Seconds())
 }

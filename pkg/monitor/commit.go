@@ -172,30 +172,55 @@ func (m *Monitor) RefreshTarget(ctx context.Context, t volume.Target) error {
 	if err != nil {
 		return fmt.Errorf("refresh %s: %w", t, err)
 	}
-	prev := map[string]model.Volume{}
-	for _, v := range known {
-		prev[v.ID] = v
+	m.writeTarget(st, recs, vols, true)
+	return nil
+}
+
+// writeTarget writes what a read of one target, stamped st, found of its
+// volumes vols into the model (recs are the records of its staged
+// volumes): each staged volume keeps the device its users hold as the
+// model has it (the tick reads the mount table), compared with the
+// devices the volume has now — a replacement is logged once and counted,
+// as the tick does — and, with keepNotes (a read that decided nothing),
+// the notes the model has. The metrics of the volumes' paths follow.
+func (m *Monitor) writeTarget(st model.Stamp, recs []volume.Record, vols []model.Volume, keepNotes bool) {
+	prev := m.deps.Model.Snapshot()
+	byID := make(map[string]*volume.Record, len(recs))
+	for i := range recs {
+		byID[recs[i].VolumeID] = &recs[i]
 	}
+	m.mu.Lock()
 	for i := range vols {
 		v := &vols[i]
-		old := prev[v.ID]
-		v.Notes = old.Notes
-		if old.Held == nil {
+		old, had := prev.Volume(v.ID)
+		if keepNotes && had {
+			v.Notes = old.Notes
+		}
+		rec := byID[v.ID]
+		if v.Scope != model.Owned || rec == nil {
 			continue
 		}
-		v.Held = old.Held
-		for _, rec := range recs {
-			if rec.VolumeID == v.ID {
-				if c, rep := m.replacedCondition(rec, *old.Held, v.Devices); rep {
-					v.Condition = c
+		tr := string(rec.Context.Transport)
+		if had && old.Held != nil {
+			v.Held = old.Held
+			c, rep := m.replacedCondition(*rec, *old.Held, v.Devices)
+			if rep {
+				v.Condition = c
+				if !m.replaced[v.ID] {
+					klog.InfoS("Staged device replaced by the kernel; the volume's pods must be restarted", "volumeID", v.ID, "reason", c.Message)
 				}
 			}
+			m.replaced[v.ID] = rep
+			m.deps.Metrics.SetStagedDeviceReplaced(v.ID, tr, rep)
 		}
+		live, opt := v.Live()
+		m.deps.Metrics.SetVolumePaths(v.ID, tr, len(v.Paths), live, opt)
+		m.paths[v.ID] = true
 	}
+	m.mu.Unlock()
 	m.deps.Model.Update(func(tx *model.Txn) {
 		for _, v := range vols {
 			tx.Put(st, v)
 		}
 	})
-	return nil
 }

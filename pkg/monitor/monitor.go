@@ -18,6 +18,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/uevent"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -85,6 +86,16 @@ type Transport interface {
 	// RefreshTarget reads the kernel objects of target t only and returns
 	// its staged volumes among recs as they are now.
 	RefreshTarget(ctx context.Context, t volume.Target, recs []volume.Record) ([]model.Volume, error)
+	// TargetOf names the target of a kernel object the model does not
+	// know yet (a controller, subsystem instance or session created since
+	// the last read), from sysfs; ok is false for another transport's
+	// object and for one that is gone.
+	TargetOf(o uevent.Object) (t volume.Target, ok bool)
+	// PlanTarget reads the kernel objects of target r.Target only and
+	// plans it as Plan plans a tick, for that target alone: its volumes
+	// as they are now, and whether it needs a job. Called from the loop's
+	// goroutine, never between a Plan and its Finish.
+	PlanTarget(ctx context.Context, r model.TargetRound) model.TargetPlan
 }
 
 // Intents is what the loop needs of the node's intent owner
@@ -139,6 +150,10 @@ type Deps struct {
 	// (the volume's fshealth.Fact), sets pathmend_volume_filesystem_state
 	// and logs each change.
 	Filesystems FilesystemReader
+	// Events, when set, are the kernel's uevents (*uevent.Source): the
+	// loop reads and plans the targets they name between ticks
+	// (HandleEvents).
+	Events Events
 }
 
 // Monitor is the loop: the only one of the process. Each tick it asks
@@ -157,6 +172,7 @@ type Monitor struct {
 	mu      sync.Mutex
 	orphans map[string]bool
 	done    []jobResult // finished jobs not yet read by a tick
+	evDone  []jobResult // finished event jobs not yet settled
 	gate    *heal.LogGate
 	// replaced are the volumes whose staged-device series is set, and
 	// whether replaced; paths the volumes whose path series are set.
@@ -166,6 +182,10 @@ type Monitor struct {
 	// last tick, by volume ID: for the log of a change and the deletion
 	// of an unstaged volume's series.
 	filesystems map[string]fshealth.State
+
+	// ev is what the loop keeps of kernel events between batches (its
+	// goroutine only).
+	ev eventState
 }
 
 // jobResult is what one job on one target did, read by a later tick.
@@ -201,7 +221,7 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 	}
 	return &Monitor{cfg: cfg, deps: deps, tr: tr, orphans: map[string]bool{}, replaced: map[string]bool{}, paths: map[string]bool{},
 		filesystems: map[string]fshealth.State{},
-		gate:        heal.NewLogGate(0, deps.Clock.Now)}, nil
+		gate:        heal.NewLogGate(0, deps.Clock.Now), ev: newEventState()}, nil
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then
@@ -209,16 +229,47 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 // a "Monitor tick" line carrying its number: a property such as "within
 // two ticks" is read from the log in ticks, which stay ticks when a loaded
 // node runs them late.
+//
+// Between ticks it answers kernel events (Deps.Events) as they come, the
+// event jobs that end, and the deferred decisions that fall due
+// (HandleEvents): the tick is the backstop for what no event announces.
 func (m *Monitor) Run(ctx context.Context) error {
-	klog.InfoS("Monitor started", "interval", m.cfg.Interval, "mode", m.deps.Policy.Mode(), "owned", m.cfg.Scope.Owned, "foreign", m.cfg.Scope.Foreign)
+	klog.InfoS("Monitor started", "interval", m.cfg.Interval, "mode", m.deps.Policy.Mode(), "owned", m.cfg.Scope.Owned, "foreign", m.cfg.Scope.Foreign,
+		"kernelEvents", m.deps.Events != nil)
+	var ready <-chan struct{}
+	if m.deps.Events != nil {
+		ready = m.deps.Events.Ready()
+	}
 	for n := uint64(1); ; n++ {
 		klog.V(4).InfoS("Monitor tick", "tick", n)
 		m.Tick(ctx)
 		wait := m.cfg.Interval + time.Duration(rand.Float64()*m.cfg.Jitter*float64(m.cfg.Interval))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-m.deps.Clock.After(wait):
+		tick := m.deps.Clock.After(wait)
+		var (
+			due   <-chan time.Time
+			armed time.Time
+		)
+	between:
+		for {
+			if next := m.NextDue(); !next.Equal(armed) {
+				armed, due = next, nil
+				if !next.IsZero() {
+					due = m.deps.Clock.After(max(0, next.Sub(m.deps.Clock.Now())))
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick:
+				break between
+			case <-ready:
+				m.HandleEvents(ctx, m.deps.Events.Take())
+			case <-m.ev.jobs:
+				m.HandleEvents(ctx, uevent.Batch{})
+			case <-due:
+				armed, due = time.Time{}, nil
+				m.HandleEvents(ctx, uevent.Batch{})
+			}
 		}
 	}
 }

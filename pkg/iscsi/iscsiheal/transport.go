@@ -3,9 +3,11 @@ package iscsiheal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"slices"
+	"strings"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -16,6 +18,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/uevent"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -285,4 +288,93 @@ func recoveryMethod(k iscsi.Kick) string {
 		return "login"
 	}
 	return string(k)
+}
+
+// TargetOf names the target a kernel object the model does not know
+// serves: an iSCSI session (or one of its connections) created since the
+// last read, from its targetname attribute — one read, fixed for the
+// session's life. A SCSI device or disk below a session names the
+// session too (uevent.Objects), so it needs no read of its own.
+func (t *Transport) TargetOf(o uevent.Object) (volume.Target, bool) {
+	s := o.Session()
+	if s == "" {
+		return volume.Target{}, false
+	}
+	iqn, err := t.deps.SysFS.ReadAttr("class/iscsi_session/" + s + "/targetname") // class/iscsi_session/<session>/targetname
+	if err != nil || iqn == "" {
+		return volume.Target{}, false
+	}
+	return iscsiTarget(iqn), true
+}
+
+// PlanTarget reads target r.Target's sessions only
+// (iscsi.Reader.ReadTarget) and returns its volumes as they are now: the
+// staged volumes among the round's records (owned), or the target's
+// sessions (foreign). It plans no job: the session heal decides on how
+// long a session has been down and its portal reachable, clocks it
+// advances once per tick over every session of the node, so its
+// decisions stay the tick's (a session logged out or failed is below the
+// heal's threshold when the kernel announces it, and iscsid may still
+// recover it by itself).
+func (t *Transport) PlanTarget(ctx context.Context, r model.TargetRound) model.TargetPlan {
+	var p model.TargetPlan
+	if r.Target.Transport != volume.TransportISCSI || (!r.Owned && !r.Foreign) {
+		return p
+	}
+	iqn := r.Target.Name
+	var mine []volume.Record
+	if r.Owned {
+		for _, rec := range r.Listing.Records {
+			if rec.State == volume.StateStaged && rec.Context.ISCSI != nil && rec.Context.ISCSI.IQN == iqn {
+				mine = append(mine, rec)
+			}
+		}
+		if len(mine) == 0 {
+			p.Why = "no staged volume of the target"
+			return p
+		}
+	}
+	snap, err := t.reader.ReadTarget(iqn, t.deps.Clock.Now())
+	if err != nil {
+		p.Why = "read failed: " + err.Error()
+		klog.ErrorS(err, "Read of an iSCSI target after a kernel event failed; the tick reads it again", "target", iqn)
+		return p
+	}
+	p.Read = true
+	if r.Owned {
+		m := iscsi.NewPortalMatcher(ctx, t.deps.Resolver)
+		for _, rec := range mine {
+			p.Volumes = append(p.Volumes, t.volumeOf(m, snap, rec))
+		}
+	} else {
+		p.Volumes = foreignVolumes(snap, r.Listing)
+	}
+	p.Why = pathsWhy(p.Volumes) + "; the session heal decides at its tick"
+	return p
+}
+
+// pathsWhy summarizes the paths of vols: "2 of 2 paths live", or the
+// first path that is not and why.
+func pathsWhy(vols []model.Volume) string {
+	live, all := 0, 0
+	var down []string
+	for _, v := range vols {
+		for _, p := range v.Paths {
+			all++
+			if p.State == model.PathLive {
+				live++
+				continue
+			}
+			d := p.Endpoint + " " + string(p.State)
+			if p.Detail != "" {
+				d = p.Endpoint + ": " + p.Detail
+			}
+			down = append(down, d)
+		}
+	}
+	s := fmt.Sprintf("%d of %d paths live", live, all)
+	if len(down) > 0 {
+		s += " (" + strings.Join(down, "; ") + ")"
+	}
+	return s
 }

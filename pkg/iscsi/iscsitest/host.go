@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/pathmend/pathmend/pkg/uevent"
 )
 
 // iscsiadm exit codes the fake host answers with (open-iscsi's
@@ -70,6 +72,7 @@ type Host struct {
 	sessions map[string]Session           // target,portal → session
 	maps     map[int]Map                  // LUN → map
 	logins   map[string]int               // portal → logins so far
+	ann      announcer
 }
 
 // NewHost returns a host with an empty sysfs tree in sys, device files
@@ -179,7 +182,15 @@ func (h *Host) login(key, target, portal string) Result {
 		return Result{Code: 1, Out: err.Error()}
 	}
 	h.sessions[key] = s
+	h.ann.sessionUp(s)
 	if h.Multipathd {
+		// multipathd adds a new path of a LUN to the LUN's map, and
+		// assembles the maps not made yet.
+		for _, l := range s.LUNs {
+			if m, ok := h.maps[l.LUN]; ok && l.Disk != "" {
+				h.addSlave(l.LUN, m, l.Disk)
+			}
+		}
 		h.assemble()
 	}
 	return Result{}
@@ -220,6 +231,12 @@ func (h *Host) assemble() {
 		}
 		h.touch(m.Device)
 		h.maps[n] = m
+		h.ann.mapEvent(uevent.Add, m)
+		h.ann.mapEvent(uevent.Change, m)
+		for _, sl := range slaves {
+			// multipathd has udev look at a path it claims again.
+			h.ann.diskChanged(h.sessions, sl)
+		}
 	}
 }
 
@@ -229,6 +246,7 @@ func (h *Host) logout(sid string) Result {
 			if err := RemoveSession(h.Sys, s); err != nil {
 				return Result{Code: 1, Out: err.Error()}
 			}
+			h.ann.sessionDown(s)
 			for _, l := range s.LUNs {
 				h.dropSlave(l.Disk)
 			}
@@ -250,6 +268,7 @@ func (h *Host) dropSlave(disk string) {
 			m.Slaves = slices.Delete(slices.Clone(m.Slaves), i, i+1)
 			_ = os.Remove(filepath.Join(h.Sys, "devices/virtual/block", m.Device, "slaves", disk))
 			h.maps[n] = m
+			h.ann.mapEvent(uevent.Change, m)
 		}
 	}
 }
@@ -274,6 +293,9 @@ func (h *Host) flush(name string) Result {
 		}
 		_ = os.Remove(filepath.Join(h.Dev, m.Device))
 		delete(h.maps, n)
+		// dm announces its removal, then the block layer its disk's.
+		h.ann.mapEvent(uevent.Remove, m)
+		h.ann.mapEvent(uevent.Remove, m)
 	}
 	return Result{}
 }
@@ -319,6 +341,8 @@ func (h *Host) deleteDisk(disk string) error {
 				return err
 			}
 		}
+		h.ann.diskChanged(h.sessions, disk)
+		h.ann.lunDown(s, s.LUNs[i])
 		s.LUNs = slices.Delete(slices.Clone(s.LUNs), i, i+1)
 		h.sessions[k] = s
 		h.dropSlave(disk)
@@ -360,6 +384,7 @@ func (h *Host) scan(hostNum, args string) error {
 		}
 		s.LUNs = append(slices.Clone(s.LUNs), l)
 		h.sessions[k] = s
+		h.ann.lunUp(s, l)
 		if m, ok := h.maps[lun]; ok && l.Disk != "" {
 			h.addSlave(lun, m, l.Disk)
 		} else if h.Multipathd {
@@ -375,6 +400,7 @@ func (h *Host) addSlave(lun int, m Map, disk string) {
 	m.Slaves = append(slices.Clone(m.Slaves), disk)
 	h.maps[lun] = m
 	_ = os.Symlink("../../../../../block/"+disk, filepath.Join(h.Sys, "devices/virtual/block", m.Device, "slaves", disk))
+	h.ann.mapEvent(uevent.Change, m)
 	holders := filepath.Join(h.Sys, "block", disk, "holders")
 	if err := os.MkdirAll(holders, 0o755); err == nil {
 		_ = os.Symlink("../../../../../../../../virtual/block/"+m.Device, filepath.Join(holders, m.Device))

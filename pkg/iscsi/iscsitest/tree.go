@@ -8,7 +8,9 @@
 // It serves as a fake kernel too: a test's fake iscsiadm adds a session
 // with AddSession when it "logs in" and removes it with RemoveSession, and
 // a fake multipathd adds a map with AddMap, all in the directory an
-// attacher's sysfs.FS is rooted at. The package imports only pkg/sysfs.
+// attacher's sysfs.FS is rooted at. A Host's kernel also announces what
+// it does as the 6.1 kernel does (Announce, TakeUevents). The package
+// imports only pkg/sysfs and pkg/uevent.
 package iscsitest
 
 import (

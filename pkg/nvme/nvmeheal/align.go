@@ -48,9 +48,10 @@ func tuneTargets(exps []nvme.Expectation, recs map[string]*volume.Record) []nvme
 // not looked at yet is read once here — its three timeouts; reading
 // takes no lease — and remembered as aligned when nothing differs, so a
 // restarted plugin whose controllers are aligned already starts no job
-// for them. A steady tick reads nothing and marks nothing. It also
-// forgets the controllers and heads host no longer has.
-func (t *Transport) planAlign(idx *nvme.Index, exps []nvme.Expectation, recs map[string]*volume.Record, need map[volume.Target]string) {
+// for them. A steady tick reads nothing and marks nothing. With prune (a
+// read of every subsystem) it also forgets the controllers and heads
+// host no longer has.
+func (t *Transport) planAlign(idx *nvme.Index, exps []nvme.Expectation, recs map[string]*volume.Record, need map[volume.Target]string, prune bool) {
 	if t.deps.Policy.Mode() != heal.ModeRepair {
 		return
 	}
@@ -74,7 +75,7 @@ func (t *Transport) planAlign(idx *nvme.Index, exps []nvme.Expectation, recs map
 		need[nvmeTarget(c.SubsysNQN)] = HolderOwned
 	}
 	for name := range t.align.aligned {
-		if _, ok := want[name]; !ok {
+		if _, ok := want[name]; !ok && prune {
 			delete(t.align.aligned, name)
 		}
 	}
@@ -96,7 +97,7 @@ func (t *Transport) planAlign(idx *nvme.Index, exps []nvme.Expectation, recs map
 		need[nvmeTarget(tt.Expectation.NQN)] = HolderOwned
 	}
 	for h := range t.align.heads {
-		if !heads[h] {
+		if !heads[h] && prune {
 			delete(t.align.heads, h)
 		}
 	}

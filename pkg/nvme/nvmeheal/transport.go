@@ -241,8 +241,9 @@ func (t *Transport) Plan(ctx context.Context, r model.Round) model.Plan {
 				holders[nvmeTarget(nqn)] = HolderOwned
 			}
 		}
-		t.planReconnects(t.round.idx, staged, holders, &p)
-		t.planAlign(t.round.idx, staged, byID, holders)
+		skipped, _ := t.planReconnects(t.round.idx, staged, holders, t.round.notes)
+		p.Skipped = append(p.Skipped, skipped...)
+		t.planAlign(t.round.idx, staged, byID, holders, true)
 		// Only targets some record names are the owned scope's: the
 		// kernel objects of targets pathmend did not stage are not its to
 		// repair.
@@ -284,8 +285,10 @@ func countKinds(ds []heal.Defect) map[heal.Kind]int {
 // job would reconnect; a target with one that is not backed off, or that
 // is backed off for not answering (the job rechecks it with a probe
 // bounded by RecheckTimeout), needs a job. Endpoints backed off after a
-// failed connect are reported here, with no job and no lock.
-func (t *Transport) planReconnects(idx *nvme.Index, staged []nvme.Expectation, holders map[volume.Target]string, p *model.Plan) {
+// failed connect are returned (and noted on their volumes in notes),
+// with no job and no lock, and next is the end of the earliest of their
+// backoffs (zero when none is backed off).
+func (t *Transport) planReconnects(idx *nvme.Index, staged []nvme.Expectation, holders map[volume.Target]string, notes map[string][]string) (skipped []string, next time.Time) {
 	now := t.deps.Clock.Now()
 	for _, e := range staged {
 		tg := nvmeTarget(e.NQN)
@@ -305,13 +308,17 @@ func (t *Transport) planReconnects(idx *nvme.Index, staged []nvme.Expectation, h
 					continue
 				}
 				s := fmt.Sprintf("%s: backed off until %s (%s)", ep, until.Format("15:04:05"), lastErr)
-				p.Skipped = append(p.Skipped, s)
-				t.round.notes[e.VolumeID] = append(t.round.notes[e.VolumeID], "reconnect "+s)
+				skipped = append(skipped, s)
+				notes[e.VolumeID] = append(notes[e.VolumeID], "reconnect "+s)
+				if next.IsZero() || until.Before(next) {
+					next = until
+				}
 				continue
 			}
 			holders[tg] = HolderOwned
 		}
 	}
+	return skipped, next
 }
 
 // planForeign learns from host and plans the learned subsystems the node

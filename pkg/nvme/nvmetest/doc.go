@@ -18,6 +18,10 @@
 // tuning, character devices ng0n1): creating files dominates the cost of
 // a test, and the real captures cover Read's tolerance of what it skips.
 //
-// The package imports only pkg/sysfs, so package nvme's own tests can use
-// it.
+// Kernel.Announce makes the fake kernel queue the uevents the 6.1 kernel
+// sends for each change it makes (Uevents: what the lab recorded in
+// testdata/uevents, checked fault by fault).
+//
+// The package imports only pkg/sysfs and pkg/uevent, so package nvme's
+// own tests can use it.
 package nvmetest

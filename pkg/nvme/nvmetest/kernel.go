@@ -16,6 +16,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/uevent"
 )
 
 // Target is one NVMe/TCP subsystem on the fake fabric.
@@ -91,6 +92,13 @@ type Kernel struct {
 	// only by a rescan (or a new connect, which scans).
 	held   map[string]bool
 	unseen map[string]map[uint32]bool
+
+	// announce (Announce) makes every change queue the uevents the
+	// kernel sends for it; last is what the previous change showed.
+	announce bool
+	last     Topology
+	seq      uint64
+	uevents  []uevent.Event
 }
 
 type fakeHead struct {
@@ -156,6 +164,24 @@ func (k *Kernel) AddTarget(t Target) {
 	defer k.mu.Unlock()
 	k.targets[t.NQN] = &t
 	k.writeLocked()
+}
+
+// Announce makes the kernel queue, from now on, the uevents the 6.1
+// kernel sends for every change it makes (Uevents); TakeUevents takes
+// them.
+func (k *Kernel) Announce() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.announce = true
+}
+
+// TakeUevents returns the uevents queued since the last call, in order.
+func (k *Kernel) TakeUevents() []uevent.Event {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := k.uevents
+	k.uevents = nil
+	return out
 }
 
 // Calls returns the operations performed so far, in order:
@@ -455,6 +481,10 @@ func (k *Kernel) writeLocked() {
 	}
 	k.shown = shown
 	k.gen++
+	if k.announce {
+		k.uevents = append(k.uevents, Uevents(k.last, topo, &k.seq)...)
+	}
+	k.last = topo.Clone()
 	if k.inPlace {
 		k.applyLocked(topo)
 		return
