@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	mount "k8s.io/mount-utils"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
+	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -85,7 +86,7 @@ type sim struct {
 	kernel   *nvmetest.Kernel
 	nvme     *nvme.Reader // the scheduler's reader of the NVMe tree
 	host     *iscsitest.Host
-	mounts   *mount.FakeMounter
+	mounts   *mountstest.Table
 	stateDir string
 	root     string
 	gen      int
@@ -177,7 +178,7 @@ func scratch(t *testing.T) string {
 func newSim(t *testing.T, seed uint64, st *stats) *sim {
 	dir := scratch(t)
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
-		clk: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), mounts: newMounts(),
+		clk: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), mounts: mountstest.New(),
 		stateDir: filepath.Join(dir, "state"), root: dir, wake: make(chan struct{}, 1),
 		live: map[string]counted{}, stats: st, dirty: true, recCacheAt: -1}
 	s.kernel = nvmetest.NewKernelInPlace(filepath.Join(dir, "nvme"), s.clk)
@@ -189,6 +190,7 @@ func newSim(t *testing.T, seed uint64, st *stats) *sim {
 		t.Fatal(err)
 	}
 	s.host.Target, s.host.LUNs = iqnT, []int{0, 1}
+	s.mounts.DevOf = mountstest.SysfsDevices(s.kernel.FS(), sysfs.New(s.host.Sys))
 	nv := func(id, nqn string, nsid int) *vol {
 		return &vol{id: id, target: volume.Target{Transport: volume.TransportNVMeTCP, Name: nqn}, vc: map[string]string{
 			"transport": "nvme-tcp", "nqn": nqn, "endpoints": "127.0.0.1:4420,127.0.0.2:4420",

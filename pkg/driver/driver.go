@@ -13,6 +13,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -60,9 +61,18 @@ type Deps struct {
 	Attachers map[volume.Transport]Attacher
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
-	// MountInfo reads the mount table with each mount's device number;
-	// /proc/self/mountinfo when nil.
+	// MountInfo reads the mount table: every mount with its ID, its
+	// parent's, its device number, root, source and filesystem type;
+	// /proc/self/mountinfo when nil (mounts.ReadInfo).
 	MountInfo func() ([]mount.MountInfo, error)
+	// UnmountLayer unmounts one layer of the mount table, and only when it
+	// is on top of its mount point: NodeUnpublish, NodeUnstage and every
+	// rollback unmount through it, never by path alone. mounts.Unmount
+	// when nil.
+	UnmountLayer func(mounts.Layer) error
+	// MountNamespace says which mount namespace of which boot the mount
+	// IDs MountInfo reads are valid in; mounts.CurrentNamespace when nil.
+	MountNamespace func() (mounts.Namespace, error)
 	// NodeConditions, when set, adds the node-wide storage conditions the
 	// monitor saw in its last tick (targets and portals that do not
 	// answer, iSCSI sessions the heal cannot kick) to
@@ -146,6 +156,12 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	}
 	if deps.MountInfo == nil {
 		deps.MountInfo = defaultMountInfo
+	}
+	if deps.UnmountLayer == nil {
+		deps.UnmountLayer = mounts.Unmount
+	}
+	if deps.MountNamespace == nil {
+		deps.MountNamespace = mounts.CurrentNamespace
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -51,6 +51,12 @@ func alreadyExists(format string, args ...any) error {
 	return &codedError{code: codes.AlreadyExists, msg: fmt.Sprintf(format, args...)}
 }
 
+// isCoded reports whether err is one the driver coded with c.
+func isCoded(err error, c codes.Code) bool {
+	var ce *codedError
+	return errors.As(err, &ce) && ce.code == c
+}
+
 // maxQuoted bounds how much of a caller's value an error or a log line
 // repeats: errors end up in Kubernetes events, which keep about a
 // kilobyte.

@@ -20,6 +20,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/iscsi/attach"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
@@ -37,7 +38,7 @@ var testHost = fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:000000
 // hookMounter is a fake mount table whose mounts can be made to block or
 // fail, to stop a NodeStage between its attach and its record.
 type hookMounter struct {
-	*mount.FakeMounter
+	*mountstest.Table
 	mu      sync.Mutex
 	onMount func(source, target string) error
 }
@@ -56,14 +57,14 @@ func (m *hookMounter) Mount(source, target, fstype string, options []string) err
 	if err := m.hook(source, target); err != nil {
 		return err
 	}
-	return m.FakeMounter.Mount(source, target, fstype, options)
+	return m.Table.Mount(source, target, fstype, options)
 }
 
 func (m *hookMounter) MountSensitive(source, target, fstype string, options, sensitive []string) error {
 	if err := m.hook(source, target); err != nil {
 		return err
 	}
-	return m.FakeMounter.MountSensitive(source, target, fstype, options, sensitive)
+	return m.Table.MountSensitive(source, target, fstype, options, sensitive)
 }
 
 func (m *hookMounter) set(f func(source, target string) error) {
@@ -115,7 +116,7 @@ func newNode(t *testing.T) *node {
 	}
 	host.LUNs = []int{0, 1}
 	n := &node{t: t, clk: clk, kernel: k, host: host, stateDir: filepath.Join(t.TempDir(), "state"), staging: t.TempDir(),
-		mnt: &hookMounter{FakeMounter: mount.NewFakeMounter(nil)}, runner: func(f func()) { f() }}
+		mnt: &hookMounter{Table: mountstest.New()}, runner: func(f func()) { f() }}
 	n.start()
 	return n
 }
@@ -155,7 +156,8 @@ func (n *node) start() {
 		t.Fatal(err)
 	}
 	ex := fsTools()
-	n.drv, err = driver.New(testConfig("ext4"), driver.Deps{
+	n.mnt.DevOf = mountstest.SysfsDevices(n.kernel.FS(), sysfs.New(n.host.Sys))
+	n.drv, err = driver.New(testConfig("ext4"), withTable(driver.Deps{
 		SysFS: n.kernel.FS(), Intents: n.owner, Exec: ex,
 		Mounter: &mount.SafeFormatAndMount{Interface: n.mnt, Exec: ex},
 		Attachers: map[volume.Transport]driver.Attacher{
@@ -163,7 +165,7 @@ func (n *node) start() {
 			volume.TransportISCSI:   n.iscsiAtt,
 		},
 		Now: n.clk.Now,
-	})
+	}, n.mnt.Table))
 	if err != nil {
 		t.Fatal(err)
 	}

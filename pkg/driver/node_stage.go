@@ -5,19 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
 
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
-
-// maxUnmountLayers bounds the unmount loop of NodeUnstage: mounts stacked on
-// one path by a crashed retry are peeled off one by one.
-const maxUnmountLayers = 8
 
 // NodeStageVolume attaches the volume and, for filesystem access, formats
 // it if blank and mounts it at the staging path. Every argument is
@@ -50,6 +47,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, err
 	}
 	defer release()
+	logger := klog.FromContext(ctx)
 
 	if err := checkDir("staging_target_path", staging); err != nil {
 		return nil, err
@@ -76,31 +74,34 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 		// A restage keeps the publications: a pod may still have the
 		// volume bind-mounted, and the record is what tells NodePublish,
-		// NodeUnpublish and NodeUnstage so.
+		// NodeUnpublish and NodeUnstage so. It keeps the staging layer
+		// too, until a mount replaces it: a mount an interrupted stage
+		// made is the volume's.
 		want.Publications = prev.Publications
+		want.StagingLayer = prev.StagingLayer
 		if wasStaged {
 			// A staged device the kernel replaced is unmounted first (or
 			// the call fails while a publication holds it): the volume is
 			// then no longer in place and is staged again.
-			replaced, err := d.clearReplacedStaging(ctx, prev, att)
+			replaced, err := d.clearReplacedStaging(ctx, &prev, att)
 			if err != nil {
 				return nil, err
 			}
 			inPlace := false
 			if !replaced {
-				if inPlace, err = d.stagedInPlace(prev); err != nil {
-					return nil, internal(err, "check staged volume %s", volumeID)
+				if inPlace, err = d.stagedInPlace(ctx, prev); err != nil {
+					return nil, err
 				}
 			}
 			if inPlace {
-				klog.V(4).InfoS("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
+				logger.V(4).Info("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
 				return &csi.NodeStageVolumeResponse{}, nil
 			}
 			// Recorded but no longer in place (a node reboot drops mounts
 			// and connections): stage it again; the record stays staged.
-			klog.V(2).InfoS("Restaging recorded volume that is no longer in place", "volumeID", volumeID, "stagingPath", staging)
+			logger.V(2).Info("Restaging recorded volume that is no longer in place", "volumeID", volumeID, "stagingPath", staging)
 		} else {
-			klog.V(2).InfoS("Resuming an interrupted intent", "volumeID", volumeID, "state", prev.State, "since", prev.StateSince)
+			logger.V(2).Info("Resuming an interrupted intent", "volumeID", volumeID, "state", prev.State, "since", prev.StateSince)
 		}
 	case errors.Is(err, volume.ErrNotFound):
 	default:
@@ -117,10 +118,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	// take minutes): the attaching record protects the volume as a
 	// co-tenant meanwhile. A failure undoes what this call created,
 	// under the lease again.
-	fail := func(err error, mounted bool) error {
-		if mounted {
-			if uerr := d.deps.Mounter.Unmount(staging); uerr != nil {
-				klog.ErrorS(uerr, "Rollback: unmount staging path failed", "volumeID", volumeID, "stagingPath", staging)
+	var made *mounts.Layer // the staging mount this call made
+	fail := func(err error) error {
+		if made != nil {
+			if uerr := d.deps.UnmountLayer(*made); uerr != nil {
+				logger.Error(uerr, "Rollback: unmount the staging mount failed", "volumeID", volumeID, "stagingPath", staging, "mount", made.ID)
 			}
 		}
 		if !wasStaged {
@@ -132,12 +134,15 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	// block, published): the attacher checks that it is still the
 	// volume's device to use, or names what took its place.
 	if _, err := d.checkDevice(ctx, att, &want); err != nil {
-		return nil, fail(err, false)
+		return nil, fail(err)
 	}
-	mountedNow := false
 	if vc.access == volume.AccessMount {
-		mountedNow, err = d.mountStaging(want)
-		if err != nil {
+		var prevRec *volume.Record
+		if hadRecord {
+			prevRec = &prev
+		}
+		made, err = d.mountStaging(ctx, &want, prevRec, wasStaged)
+		if err != nil && made == nil && !isCoded(err, codes.FailedPrecondition) {
 			// The device may have been taken between the check and the
 			// mount (a map assembled over a disk after its mkfs): the
 			// mount then fails busy, and the device that took its place
@@ -147,22 +152,24 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			case cerr != nil:
 				// The check says why the mount failed and whether a
 				// retry may succeed: its code is the answer.
-				return nil, fail(fmt.Errorf("%w (after the mount failed: %v)", cerr, err), false)
+				return nil, fail(fmt.Errorf("%w (after the mount failed: %v)", cerr, err))
 			case !changed:
-				return nil, fail(err, false)
+				return nil, fail(err)
 			}
-			if mountedNow, err = d.mountStaging(want); err != nil {
-				return nil, fail(err, false)
+			if made, err = d.mountStaging(ctx, &want, prevRec, wasStaged); err != nil {
+				return nil, fail(err)
 			}
+		} else if err != nil {
+			return nil, fail(err)
 		}
 	}
 
 	want.State = volume.StateStaged
 	want.StagedAt = d.deps.Now().UTC()
 	if err := d.deps.Intents.Update(want); err != nil {
-		return nil, fail(internal(err, "record staged volume %s", volumeID), mountedNow)
+		return nil, fail(internal(err, "record staged volume %s", volumeID))
 	}
-	klog.V(2).InfoS("Staged volume", "volumeID", volumeID, "stagingPath", staging, "accessType", vc.access, "fsType", vc.fsType, "device", want.Device)
+	logger.V(2).Info("Staged volume", "volumeID", volumeID, "stagingPath", staging, "accessType", vc.access, "fsType", vc.fsType, "device", want.Device)
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
@@ -296,26 +303,68 @@ func createdString(a Attachment) string {
 	return a.Created.String()
 }
 
-// mountStaging formats the device if it holds no filesystem and mounts it
-// at the staging path. mounted reports whether this call made the mount.
-func (d *Driver) mountStaging(rec volume.Record) (mounted bool, err error) {
-	notMnt, err := d.deps.Mounter.IsLikelyNotMountPoint(rec.StagingPath)
+// mountStaging formats rec's device if it holds no filesystem and mounts
+// it at the staging path, and sets rec.StagingLayer to the mount. Before
+// the mount it records the layer the mount will show, so that a crash
+// right after it leaves a record that names it. made is the mount when
+// this call made it (nil when the volume's mount of an earlier attempt
+// was there already). The volume's own mount of another device (an
+// interrupted stage's, of a device the kernel replaced since) is
+// unmounted first when the volume was not staged (no pod can hold it);
+// otherwise it is AlreadyExists. Anything else mounted there, or a
+// staging path with content or mounts below it, is FailedPrecondition
+// naming it.
+func (d *Driver) mountStaging(ctx context.Context, rec *volume.Record, prev *volume.Record, wasStaged bool) (made *mounts.Layer, err error) {
+	v, err := d.layers()
 	if err != nil {
-		return false, internal(err, "check staging path %s", rec.StagingPath)
+		return nil, err
 	}
-	if !notMnt {
-		// A mount is already there: the device of an earlier attempt that
-		// crashed before writing its record is accepted; anything else is
-		// not ours to cover.
-		same, err := d.mountedFrom(rec.StagingPath, rec.Device)
-		if err != nil {
-			return false, internal(err, "inspect mount at %s", rec.StagingPath)
-		}
-		if !same {
-			return false, alreadyExists("staging path %s already has a mount of another device", rec.StagingPath)
-		}
-		return false, nil
+	c := stagingClaim(*rec)
+	if prev != nil {
+		// A mount of an earlier attempt, or of the device the volume
+		// was staged with, is the volume's too.
+		pc := stagingClaim(*prev)
+		like := c.like
+		c.rec, c.like = prev.StagingLayer, func(l mounts.Layer) bool { return like(l) || pc.like(l) }
 	}
+	s := c.inspect(v)
+	if s.foreign != nil {
+		return nil, foreignError(rec.VolumeID, c, s)
+	}
+	if top, ok := s.top(); ok {
+		// The volume's mount of an earlier attempt that crashed before
+		// it recorded it: accepted when it is of the device to stage.
+		if stagedFrom(*rec, top) {
+			rec.StagingLayer = ptr(top.Record(v.ns))
+			return nil, nil
+		}
+		if wasStaged {
+			return nil, alreadyExists("staging path %s already has a mount of another device", rec.StagingPath)
+		}
+		klog.FromContext(ctx).V(2).Info("Unmounting an interrupted stage's mount of another device", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "mount", top.String())
+		if _, err := d.release(rec.VolumeID, c); err != nil {
+			return nil, err
+		}
+		if v, err = d.layers(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := emptyPlace(v, "staging_target_path", rec.StagingPath, true); err != nil {
+		return nil, err
+	}
+	if err := d.checkContainingMount(v, "staging_target_path", rec.StagingPath); err != nil {
+		return nil, err
+	}
+	cur, err := d.deps.Intents.Get(rec.VolumeID)
+	if err != nil {
+		return nil, internal(err, "read record of volume %s", rec.VolumeID)
+	}
+	cur.StagingLayer = pendingStaging(*rec)
+	if err := d.deps.Intents.Update(cur); err != nil {
+		return nil, internal(err, "record the intent to mount volume %s", rec.VolumeID)
+	}
+	rec.StagingLayer = cur.StagingLayer
+	c.rec = cur.StagingLayer
 	opts := slices.Clone(rec.MountFlags)
 	if rec.ReadOnly {
 		opts = append(opts, "ro")
@@ -325,45 +374,72 @@ func (d *Driver) mountStaging(rec volume.Record) (mounted bool, err error) {
 		// nouuid the second mount of that UUID on one node fails.
 		opts = append(opts, "nouuid")
 	}
-	if err := d.deps.Mounter.FormatAndMount(rec.Device, rec.StagingPath, rec.FSType, opts); err != nil {
-		return false, internal(err, "format and mount %s at %s", rec.Device, rec.StagingPath)
+	mountErr := d.deps.Mounter.FormatAndMount(rec.Device, rec.StagingPath, rec.FSType, opts)
+	after, err := d.layers()
+	if err != nil {
+		// The mount cannot be told: the pending layer names it.
+		return nil, err
 	}
-	return true, nil
+	l, isNew, madeNow := newTop(v, after, c, rec.Device)
+	switch {
+	case mountErr != nil && isNew && madeNow:
+		// A mount that failed after it mounted (a remount) left a layer.
+		return &l, internal(mountErr, "format and mount %s at %s", rec.Device, rec.StagingPath)
+	case mountErr != nil:
+		return nil, internal(mountErr, "format and mount %s at %s", rec.Device, rec.StagingPath)
+	case !isNew || !madeNow:
+		return nil, internal(nil, "after the mount, the top of staging path %s is not a new mount of %s", quoteShort(rec.StagingPath), rec.Device)
+	case !c.ours(after, l):
+		return &l, internal(nil, "after the mount, the top of staging path %s is %s, not the filesystem of %s", quoteShort(rec.StagingPath), l, rec.Device)
+	}
+	rec.StagingLayer = ptr(l.Record(after.ns))
+	klog.FromContext(ctx).V(4).Info("Mounted staging path", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "mount", l.ID)
+	return &l, nil
 }
 
 // stagedInPlace reports whether a recorded volume is still staged: its
 // device exists — the device the record numbers, when it numbers one: a
 // name the kernel gave to another device since is not it — and, for
-// filesystem access, is what is mounted at the staging path.
-func (d *Driver) stagedInPlace(rec volume.Record) (bool, error) {
+// filesystem access, the volume's mount of it is on top of the staging
+// path. A layer that is not the volume's there is FailedPrecondition
+// naming it. A mount of the volume the record does not name exactly (made
+// before a crash or a restart in a new mount namespace) is recorded.
+func (d *Driver) stagedInPlace(ctx context.Context, rec volume.Record) (bool, error) {
 	if fi, err := os.Stat(rec.Device); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		if rec.AccessType == volume.AccessBlock || rec.StagingLayer == nil {
+			return false, nil
+		}
+	} else if n, ok := rdevOf(rec.Device); ok && !rec.DevNum.IsZero() && n != rec.DevNum {
 		return false, nil
 	}
-	if n, ok := rdevOf(rec.Device); ok && !rec.DevNum.IsZero() && n != rec.DevNum {
-		return false, nil
-	}
-	if rec.AccessType == volume.AccessBlock {
-		return true, nil
-	}
-	notMnt, err := d.deps.Mounter.IsLikelyNotMountPoint(rec.StagingPath)
-	if err != nil || notMnt {
-		return false, nil
-	}
-	return d.mountedFrom(rec.StagingPath, rec.Device)
-}
-
-// mountedFrom reports whether the mount at path is of device: by device
-// number when the mount table and the device node tell it, else by path
-// (symlinks of either resolved).
-func (d *Driver) mountedFrom(path, device string) (bool, error) {
-	if same, known, err := d.sameDevice(path, device); err == nil && known {
-		return same, nil
-	}
-	src, _, err := mountDevice(d.deps.Mounter, path)
+	v, err := d.layers()
 	if err != nil {
 		return false, err
 	}
-	return sameFile(src, device), nil
+	c := stagingClaim(rec)
+	s := c.inspect(v)
+	if s.foreign != nil {
+		return false, foreignError(rec.VolumeID, c, s)
+	}
+	if rec.AccessType == volume.AccessBlock {
+		_, err := os.Stat(rec.Device)
+		return err == nil, nil
+	}
+	top, ok := s.top()
+	if !ok {
+		return false, nil
+	}
+	if _, err := os.Stat(rec.Device); err != nil {
+		return false, nil
+	}
+	if !c.exact(v, top) {
+		rec.StagingLayer = ptr(top.Record(v.ns))
+		if err := d.deps.Intents.Update(rec); err != nil {
+			return false, internal(err, "record the staging layer of volume %s", rec.VolumeID)
+		}
+		klog.FromContext(ctx).V(2).Info("Recorded the staging mount of a staged volume", "volumeID", rec.VolumeID, "mount", top.ID)
+	}
+	return true, nil
 }
 
 // stageConflict explains why want cannot be staged over rec, or returns ""
@@ -413,25 +489,16 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err != nil && !errors.Is(err, volume.ErrNotFound) {
 		return nil, internal(err, "read record of volume %s", volumeID)
 	}
-	if hasRecord {
-		if rec.StagingPath != staging {
-			return nil, failedPrecondition("volume %s is staged at %s, not %s", volumeID, rec.StagingPath, staging)
-		}
-		// Detaching under a live publication would pull the device from
-		// under a running pod; the CO must unpublish first.
-		for _, p := range rec.Publications {
-			if mounted, _ := isMountPoint(d.deps.Mounter, p.TargetPath); mounted {
-				return nil, failedPrecondition("volume %s is still published at %s", volumeID, p.TargetPath)
-			}
-		}
-	}
 	if !hasRecord {
-		if err := d.unstageUnrecorded(volumeID, staging); err != nil {
+		if err := d.unstageUnrecorded(ctx, volumeID, staging); err != nil {
 			return nil, err
 		}
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
-	if err := d.unmountAll(staging); err != nil {
+	if rec.StagingPath != staging {
+		return nil, failedPrecondition("volume %s is staged at %s, not %s", volumeID, rec.StagingPath, staging)
+	}
+	if err := d.releaseStaging(rec); err != nil {
 		return nil, err
 	}
 	att, err := d.attacher(rec.Context.Transport)
@@ -462,26 +529,32 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err := lease.Delete(volumeID); err != nil {
 		return nil, internal(err, "remove record of volume %s", volumeID)
 	}
-	klog.V(2).InfoS("Unstaged volume", "volumeID", volumeID, "stagingPath", staging, "device", rec.Device)
+	klog.FromContext(ctx).V(2).Info("Unstaged volume", "volumeID", volumeID, "stagingPath", staging, "device", rec.Device)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// unmountAll unmounts path until nothing is mounted there. A path that does
-// not exist is already unmounted.
-func (d *Driver) unmountAll(path string) error {
-	for range maxUnmountLayers {
-		mounted, err := isMountPoint(d.deps.Mounter, path)
-		if err != nil {
-			return internal(err, "check mount at %s", path)
-		}
-		if !mounted {
-			return nil
-		}
-		if err := d.deps.Mounter.Unmount(path); err != nil {
-			return internal(err, "unmount %s", path)
+// releaseStaging unmounts the volume's staging mount before a detach.
+// Detaching under a live publication would pull the device from under a
+// running pod: the CO must unpublish first. A layer that is not the
+// volume's at the staging path refuses the unstage with
+// FailedPrecondition naming it; nothing is unmounted then.
+func (d *Driver) releaseStaging(rec volume.Record) error {
+	v, err := d.layers()
+	if err != nil {
+		return err
+	}
+	for _, p := range rec.Publications {
+		if publishedAt(rec, p, v) {
+			return failedPrecondition("volume %s is still published at %s", rec.VolumeID, p.TargetPath)
 		}
 	}
-	return internal(nil, "%s still mounted after %d unmounts", path, maxUnmountLayers)
+	c := stagingClaim(rec)
+	s := c.inspect(v)
+	if s.foreign != nil {
+		return foreignError(rec.VolumeID, c, s)
+	}
+	_, err = d.release(rec.VolumeID, c)
+	return err
 }
 
 // checkDir requires path to be an existing directory.
@@ -496,15 +569,4 @@ func checkDir(field, path string) error {
 		return invalidArgument("%s %s is not a directory", field, path)
 	}
 	return nil
-}
-
-// sameFile reports whether a and b name the same file after resolving
-// symlinks (/dev/disk/by-id links, /dev/mapper names).
-func sameFile(a, b string) bool {
-	ra, errA := filepath.EvalSymlinks(a)
-	rb, errB := filepath.EvalSymlinks(b)
-	if errA != nil || errB != nil {
-		return a == b
-	}
-	return ra == rb
 }

@@ -114,15 +114,18 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		}
 	}
 	if rec.AccessType == volume.AccessBlock {
+		if _, err := d.volumeOnTop(rec, path); err != nil {
+			return nil, err
+		}
 		size, err := blockDeviceSize(rec.Device)
 		if err != nil {
 			return nil, internal(err, "read size of block device %s of volume %s", rec.Device, volumeID)
 		}
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
 	}
-	mounted, err := isMountPoint(d.deps.Mounter, path)
+	mounted, err := d.volumeOnTop(rec, path)
 	if err != nil {
-		return nil, internal(err, "check mount at %s", path)
+		return nil, err
 	}
 	if !mounted {
 		return nil, notFound("filesystem of volume %s is not mounted at %s", volumeID, path)
@@ -132,6 +135,33 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		return nil, internal(err, "statfs %s", path)
 	}
 	return &csi.NodeGetVolumeStatsResponse{Usage: usage}, nil
+}
+
+// volumeOnTop reports whether the volume's layer is the top of path, its
+// staging path or one of its publications: a path where a layer that is
+// not the volume's stands is FailedPrecondition naming it (its usage is
+// not the volume's; a grow there would grow something else). A path the
+// record does not name (a block volume's device node elsewhere) reports
+// false.
+func (d *Driver) volumeOnTop(rec volume.Record, path string) (bool, error) {
+	v, err := d.layers()
+	if err != nil {
+		return false, err
+	}
+	var c claim
+	switch i := slices.IndexFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == path }); {
+	case path == rec.StagingPath:
+		c = stagingClaim(rec)
+	case i >= 0:
+		c = publicationClaim(rec, rec.Publications[i], v)
+	default:
+		return false, nil
+	}
+	s := c.inspect(v)
+	if s.foreign != nil {
+		return false, foreignError(rec.VolumeID, c, s)
+	}
+	return len(s.stack) > 0, nil
 }
 
 // fsUsage reports bytes and inodes of the filesystem mounted at path.
@@ -187,6 +217,20 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	att, err := d.attacher(rec.Context.Transport)
 	if err != nil {
 		return nil, err
+	}
+	// The filesystem grows at its mount point (xfs_growfs takes the
+	// path): the volume's mounts must be on top of both paths.
+	if _, err := d.volumeOnTop(rec, path); err != nil {
+		return nil, err
+	}
+	if rec.AccessType == volume.AccessMount && path != rec.StagingPath {
+		mounted, err := d.volumeOnTop(rec, rec.StagingPath)
+		if err != nil {
+			return nil, err
+		}
+		if !mounted {
+			return nil, failedPrecondition("volume %s is not mounted at its staging path %s: stage it again before it is expanded", volumeID, quoteShort(rec.StagingPath))
+		}
 	}
 	size, err := att.Expand(ctx, rec)
 	if err != nil {

@@ -26,43 +26,40 @@ import (
 // stage must attach and stage it again. A volume staged on its current
 // device, or whose devices cannot be told, is left to the usual in-place
 // check (replaced false).
-func (d *Driver) clearReplacedStaging(ctx context.Context, rec volume.Record, att Attacher) (replaced bool, err error) {
-	c, ok := d.replaced(ctx, rec, att)
+func (d *Driver) clearReplacedStaging(ctx context.Context, rec *volume.Record, att Attacher) (replaced bool, err error) {
+	c, ok := d.replaced(ctx, *rec, att)
 	if !ok {
 		return false, nil
 	}
+	v, err := d.layers()
+	if err != nil {
+		return true, err
+	}
 	var held []string
 	for _, p := range rec.Publications {
-		if mounted, _ := isMountPoint(d.deps.Mounter, p.TargetPath); mounted {
+		if publishedAt(*rec, p, v) {
 			held = append(held, p.TargetPath)
 		}
 	}
 	if len(held) > 0 {
 		return true, failedPrecondition("volume %s cannot be staged again while it is published at %s: %s", rec.VolumeID, strings.Join(held, ", "), c.Message)
 	}
-	klog.InfoS("Restaging a volume whose staged device was replaced", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "reason", c.Message)
-	if rec.AccessType == volume.AccessMount {
-		return true, d.unmountAll(rec.StagingPath)
+	klog.FromContext(ctx).Info("Restaging a volume whose staged device was replaced", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "reason", c.Message)
+	if rec.AccessType != volume.AccessMount {
+		return true, nil
+	}
+	if _, err := d.release(rec.VolumeID, stagingClaim(*rec)); err != nil {
+		return true, err
+	}
+	// The layer is gone: the record must not name it when the next mount
+	// is made at the path, or a crash after that mount would leave a
+	// record naming a layer that is not there and a mount it does not
+	// name.
+	if rec.StagingLayer != nil {
+		rec.StagingLayer = nil
+		if err := d.deps.Intents.Update(*rec); err != nil {
+			return true, internal(err, "record that volume %s is no longer mounted at its staging path", rec.VolumeID)
+		}
 	}
 	return true, nil
-}
-
-// sameDevice reports whether the mount at path is of device: by device
-// number when both are known — the mount's in the mount table, the
-// device node's — else by path with symlinks resolved. known is false
-// when path has no mount.
-func (d *Driver) sameDevice(path, device string) (same, known bool, err error) {
-	mounts, err := d.mounts()
-	if err != nil {
-		return false, false, err
-	}
-	rec := volume.Record{AccessType: volume.AccessMount, StagingPath: path}
-	staged, ok := stagedDevice(rec, mounts)
-	if !ok {
-		return false, false, nil
-	}
-	if n, ok := rdevOf(device); ok {
-		return n == staged.Device.Number, true, nil
-	}
-	return false, false, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	mount "k8s.io/mount-utils"
 
+	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -22,7 +23,7 @@ import (
 // defaultMountInfo is the mount table the driver reads: this process's
 // mountinfo, which has each mount's device number.
 func defaultMountInfo() ([]mount.MountInfo, error) {
-	return mount.ParseMountInfo("/proc/self/mountinfo")
+	return mounts.ReadInfo(mounts.SelfMountInfo)
 }
 
 // mounts reads the mount table through the MountInfo seam.
