@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
 	mount "k8s.io/mount-utils"
 	"k8s.io/utils/exec"
 
@@ -73,6 +74,11 @@ type Deps struct {
 	// MountNamespace says which mount namespace of which boot the mount
 	// IDs MountInfo reads are valid in; mounts.CurrentNamespace when nil.
 	MountNamespace func() (mounts.Namespace, error)
+	// Logger receives the driver's log lines: the gRPC interceptor puts
+	// it into every call's context, and the handlers log through
+	// klog.FromContext. klog's own logger when zero; tests pass one
+	// that writes to their own sink.
+	Logger logr.Logger
 	// NodeConditions, when set, adds the node-wide storage conditions the
 	// monitor saw in its last tick (targets and portals that do not
 	// answer, iSCSI sessions the heal cannot kick) to

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pathmend/pathmend/pkg/scrub"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -63,8 +64,10 @@ func isCoded(err error, c codes.Code) bool {
 const maxQuoted = 64
 
 // quoteShort quotes s, cut to its first maxQuoted bytes and marked when
-// cut.
+// cut. It scrubs s first: a secret cut in two would not be recognised
+// later.
 func quoteShort(s string) string {
+	s = scrub.String(s)
 	if len(s) > maxQuoted {
 		return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf("...(%d bytes)", len(s))
 	}

@@ -202,17 +202,17 @@ func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, s
 			return a, err
 		}
 		if uerr := att.Undo(ctx, a, co); uerr != nil {
-			klog.ErrorS(uerr, "Failed attach: keeping its attaching record until what it created is removed", "volumeID", volumeID, "created", createdString(a))
+			klog.FromContext(ctx).Error(uerr, "Failed attach: keeping its attaching record until what it created is removed", "volumeID", volumeID, "created", createdString(a))
 			return a, err
 		}
 		if !hadRecord {
 			if derr := lease.Delete(volumeID); derr != nil {
-				klog.ErrorS(derr, "Failed attach: could not remove its attaching record", "volumeID", volumeID)
+				klog.FromContext(ctx).Error(derr, "Failed attach: could not remove its attaching record", "volumeID", volumeID)
 			}
 		}
 		return a, err
 	}
-	klog.V(2).InfoS("Attached volume", "volumeID", volumeID, "transport", want.Context.Transport, "device", a.Device.Path, "sizeBytes", a.Device.SizeBytes, "created", createdString(a))
+	klog.FromContext(ctx).V(2).Info("Attached volume", "volumeID", volumeID, "transport", want.Context.Transport, "device", a.Device.Path, "sizeBytes", a.Device.SizeBytes, "created", createdString(a))
 	// The number recorded is the device node's, checked against the
 	// kernel's: it is what the staged-device check compares with.
 	num, err := attachedNumber(a.Device)
@@ -242,13 +242,13 @@ func (d *Driver) undo(ctx context.Context, att Attacher, a Attachment, hadRecord
 	ctx = context.WithoutCancel(ctx)
 	lease, err := d.deps.Intents.Lock(ctx, a.Context.Target(), "NodeStageVolume rollback "+a.VolumeID)
 	if err != nil {
-		klog.ErrorS(err, "Rollback: cannot take the target; keeping the attaching record", "volumeID", a.VolumeID)
+		klog.FromContext(ctx).Error(err, "Rollback: cannot take the target; keeping the attaching record", "volumeID", a.VolumeID)
 		return
 	}
 	defer lease.Unlock()
 	co, err := lease.CoTenants(a.VolumeID)
 	if err != nil {
-		klog.ErrorS(err, "Rollback: cannot read co-tenants; keeping the attaching record", "volumeID", a.VolumeID)
+		klog.FromContext(ctx).Error(err, "Rollback: cannot read co-tenants; keeping the attaching record", "volumeID", a.VolumeID)
 		return
 	}
 	d.undoLocked(ctx, att, a, co, lease, hadRecord)
@@ -256,14 +256,14 @@ func (d *Driver) undo(ctx context.Context, att Attacher, a Attachment, hadRecord
 
 func (d *Driver) undoLocked(ctx context.Context, att Attacher, a Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord bool) {
 	if err := att.Undo(ctx, a, co); err != nil {
-		klog.ErrorS(err, "Rollback: keeping the attaching record until what the stage created is removed", "volumeID", a.VolumeID, "created", createdString(a))
+		klog.FromContext(ctx).Error(err, "Rollback: keeping the attaching record until what the stage created is removed", "volumeID", a.VolumeID, "created", createdString(a))
 		return
 	}
 	if hadRecord {
 		return // an earlier attempt may have created more: NodeUnstage or the reconciliation finishes it
 	}
 	if err := lease.Delete(a.VolumeID); err != nil {
-		klog.ErrorS(err, "Rollback: could not remove the attaching record", "volumeID", a.VolumeID)
+		klog.FromContext(ctx).Error(err, "Rollback: could not remove the attaching record", "volumeID", a.VolumeID)
 	}
 }
 
@@ -283,7 +283,7 @@ func (d *Driver) checkDevice(ctx context.Context, att Attacher, rec *volume.Reco
 	if dev.Path == rec.Device && dev.Number == rec.DevNum {
 		return false, nil
 	}
-	klog.V(2).InfoS("Volume's device changed since the attach", "volumeID", rec.VolumeID, "device", rec.Device, "devNum", rec.DevNum, "newDevice", dev.Path, "newDevNum", dev.Number)
+	klog.FromContext(ctx).V(2).Info("Volume's device changed since the attach", "volumeID", rec.VolumeID, "device", rec.Device, "devNum", rec.DevNum, "newDevice", dev.Path, "newDevNum", dev.Number)
 	rec.Device, rec.DevNum = dev.Path, dev.Number
 	cur, err := d.deps.Intents.Get(rec.VolumeID)
 	if err != nil {

@@ -249,7 +249,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 			if _, err := resizer.Resize(rec.Device, rec.StagingPath); err != nil {
 				return nil, internal(err, "grow filesystem of volume %s", volumeID)
 			}
-			klog.V(2).InfoS("Grew filesystem", "volumeID", volumeID, "device", rec.Device, "sizeBytes", size)
+			klog.FromContext(ctx).V(2).Info("Grew filesystem", "volumeID", volumeID, "device", rec.Device, "sizeBytes", size)
 		}
 	}
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
