@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 func TestCapture_LiveTreeRoundTripsThroughTheFixtureFormat(t *testing.T) {
@@ -31,20 +32,20 @@ func TestCapture_LiveTreeRoundTripsThroughTheFixtureFormat(t *testing.T) {
 	dir := t.TempDir()
 	live := filepath.Join(dir, "live.sysfs")
 	run(t, l.bin("capture-sysfs"), "-o", live, "-comment", "scenario: e2e round trip")
-	f, err := sysfs.LoadFixture(live)
+	f, err := sysfstest.LoadFixture(live)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// What pathmend reads is there, write-only attributes included.
 	ctrlDir := "devices/virtual/nvme-fabrics/ctl/" + c1
-	want := map[string]sysfs.EntryKind{
-		"class/nvme/" + c1:                      sysfs.KindLink,
-		ctrlDir:                                 sysfs.KindDir,
-		ctrlDir + "/state":                      sysfs.KindFile,
-		ctrlDir + "/delete_controller":          sysfs.KindWriteOnly,
-		"block/" + head:                         sysfs.KindLink,
-		"module/nvme_core/parameters/multipath": sysfs.KindFile,
+	want := map[string]sysfstest.EntryKind{
+		"class/nvme/" + c1:                      sysfstest.KindLink,
+		ctrlDir:                                 sysfstest.KindDir,
+		ctrlDir + "/state":                      sysfstest.KindFile,
+		ctrlDir + "/delete_controller":          sysfstest.KindWriteOnly,
+		"block/" + head:                         sysfstest.KindLink,
+		"module/nvme_core/parameters/multipath": sysfstest.KindFile,
 	}
 	for p, k := range want {
 		e, ok := f.Lookup(p)
@@ -71,7 +72,7 @@ func TestCapture_LiveTreeRoundTripsThroughTheFixtureFormat(t *testing.T) {
 	}
 	again := filepath.Join(dir, "again.sysfs")
 	run(t, l.bin("capture-sysfs"), "-root", tree, "-no-sanitize", "-o", again)
-	g, err := sysfs.LoadFixture(again)
+	g, err := sysfstest.LoadFixture(again)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestCapture_LiveTreeRoundTripsThroughTheFixtureFormat(t *testing.T) {
 			t.Errorf("recapture lost %s %s", e.Kind, e.Path)
 			continue
 		}
-		if e.Kind == sysfs.KindDir {
+		if e.Kind == sysfstest.KindDir {
 			if r.Kind != e.Kind || r.Age < e.Age-time.Millisecond || r.Age > e.Age+slack {
 				t.Errorf("dir %s: recaptured %+v, captured age %s", e.Path, r, e.Age)
 			}

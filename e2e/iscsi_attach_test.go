@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // pathmend's iSCSI attacher against open-iscsi 2.1.8, LIO and multipathd:
 // a CHAP volume on two portals attaches as a verified multipath map,
-// reports Degraded while a portal is dropped and Healthy again after, and
+// reports volume.Degraded while a portal is dropped and volume.Healthy again after, and
 // detaches without leaving sessions or node records. A wrong CHAP password
 // fails the attach and leaves nothing behind either.
 func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T) {
@@ -31,7 +30,7 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 	vc := iscsiContext(iqn, 0, "127.0.0.1", "127.0.0.2")
 
 	// Wrong password: rejected by the target, nothing left behind.
-	bad, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-bad", Context: vc,
+	bad, err := p.att.Attach(ctx, volume.AttachRequest{VolumeID: "pv-bad", Context: vc,
 		Secrets: volume.Secrets{CHAPUsername: "e2e-user", CHAPPassword: "not-the-secret"}})
 	if !errors.Is(err, iscsi.ErrAuthFailed) {
 		t.Fatalf("wrong CHAP password: %v, want ErrAuthFailed", err)
@@ -51,7 +50,7 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 
 	sec := volume.Secrets{CHAPUsername: "e2e-user", CHAPPassword: "e2e-secret-123"}
 	start := time.Now()
-	a, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: sec})
+	a, err := p.att.Attach(ctx, volume.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: sec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +61,11 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 	}
 	rec := volume.Record{VolumeID: "pv-1", Context: vc, Device: dev.Path, AccessType: volume.AccessBlock}
 	p.recs.put(rec)
-	again, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: sec})
+	again, err := p.att.Attach(ctx, volume.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: sec})
 	if err != nil || again.Device != dev || again.Created != nil {
 		t.Fatalf("second attach: %+v, %v", again, err)
 	}
-	if c := p.att.Health(ctx, rec); c.Status != driver.Healthy {
+	if c := p.att.Health(ctx, rec); c.Status != volume.Healthy {
 		t.Fatalf("health %+v", c)
 	}
 	out, err := exec.Command("iscsiadm", "-m", "node", "-T", iqn, "-p", "127.0.0.1:3260").CombinedOutput()
@@ -76,10 +75,10 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 
 	// A dropped portal degrades the volume; restored, it is healthy again.
 	l.sh(t, "fault_drop_port 3260 127.0.0.2")
-	eventually(t, 90*time.Second, "Degraded", func() bool { return p.att.Health(ctx, rec).Status == driver.Degraded })
+	eventually(t, 90*time.Second, "Degraded", func() bool { return p.att.Health(ctx, rec).Status == volume.Degraded })
 	t.Logf("while dropped: %s", p.att.Health(ctx, rec).Message)
 	l.sh(t, "fault_restore_port 3260 127.0.0.2")
-	eventually(t, 90*time.Second, "Healthy", func() bool { return p.att.Health(ctx, rec).Status == driver.Healthy })
+	eventually(t, 90*time.Second, "Healthy", func() bool { return p.att.Health(ctx, rec).Status == volume.Healthy })
 
 	if err := p.att.Detach(ctx, rec, volume.CoTenants{}); err != nil {
 		t.Fatal(err)

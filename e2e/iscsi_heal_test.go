@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/pathmend/pathmend/internal/flakyproxy"
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -73,7 +72,7 @@ func TestISCSI_HealRelogsInAStuckSessionBesideALivePath(t *testing.T) {
 	p := newPathmendISCSI(t)
 	ctx := context.Background()
 	vc := iscsiContext(iqn, 0, "127.0.0.1", "127.0.0.3")
-	a, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-mp", Context: vc})
+	a, err := p.att.Attach(ctx, volume.AttachRequest{VolumeID: "pv-mp", Context: vc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ func TestISCSI_HealRelogsInAStuckSessionBesideALivePath(t *testing.T) {
 	stuck, _ := sessionTo(t, p.sys, iqn, proxyPortal)
 
 	stuckOrFail(t, p.sys, proxy, iqn)
-	if c := p.att.Health(ctx, rec); c.Status != driver.Degraded {
+	if c := p.att.Health(ctx, rec); c.Status != volume.Degraded {
 		t.Fatalf("health while stuck: %+v", c)
 	}
 	start := time.Now()
@@ -99,7 +98,7 @@ func TestISCSI_HealRelogsInAStuckSessionBesideALivePath(t *testing.T) {
 	if r.NewSession == stuck.ID {
 		t.Errorf("a relogin makes a new session, still %s", stuck.ID)
 	}
-	eventually(t, 60*time.Second, "Healthy", func() bool { return p.att.Health(ctx, rec).Status == driver.Healthy })
+	eventually(t, 60*time.Second, "Healthy", func() bool { return p.att.Health(ctx, rec).Status == volume.Healthy })
 	eventually(t, 60*time.Second, "two paths in the map", func() bool {
 		slaves, err := os.ReadDir(filepath.Join("/sys/block", filepath.Base(dev.Path), "slaves"))
 		return err == nil && len(slaves) == 2
@@ -134,7 +133,7 @@ func TestISCSI_HealRestartsIscsidForAStuckLastPath(t *testing.T) {
 	p := newPathmendISCSI(t)
 	ctx := context.Background()
 	vc := iscsiContext(iqn, 0, "127.0.0.1", "127.0.0.3")
-	a, err := p.att.Attach(ctx, driver.AttachRequest{VolumeID: "pv-last", Context: vc})
+	a, err := p.att.Attach(ctx, volume.AttachRequest{VolumeID: "pv-last", Context: vc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +162,7 @@ func TestISCSI_HealRestartsIscsidForAStuckLastPath(t *testing.T) {
 	}
 	t.Cleanup(restore)
 	eventually(t, 90*time.Second, "the map without a live path", func() bool {
-		return p.att.Health(ctx, rec).Status == driver.Inaccessible
+		return p.att.Health(ctx, rec).Status == volume.Inaccessible
 	})
 	allDown := time.Now()
 	t.Logf("every path of %s down at guest uptime %.1fs: the direct portal dropped, the proxied session stuck", dev.Path, uptime(t).Seconds())
@@ -202,7 +201,7 @@ func TestISCSI_HealRestartsIscsidForAStuckLastPath(t *testing.T) {
 	r, _ := repairedAt(reports, proxyPortal)
 	t.Logf("repaired by %s; LOGGED_IN %s after the kick", r.Kick, r.TimeToLoggedIn)
 	eventually(t, 30*time.Second, "a live path in the map again", func() bool {
-		return p.att.Health(ctx, rec).Status != driver.Inaccessible
+		return p.att.Health(ctx, rec).Status != volume.Inaccessible
 	})
 	down := time.Since(allDown)
 	t.Logf("every path was down for %s (queueing window %s) until guest uptime %.1fs", down.Round(100*time.Millisecond), window, uptime(t).Seconds())

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/pathmend/pathmend/pkg/companion"
-	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // TestCompanion_TheBuiltBinaryLearnsAndServesHealth: `pathmend companion`
@@ -27,7 +27,7 @@ func TestCompanion_TheBuiltBinaryLearnsAndServesHealth(t *testing.T) {
 	if err := os.Mkdir(sys, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := sysfs.Materialize(filepath.Join(fixtureDir, "nvme-healthy.sysfs"), sys, time.Now().Add(-time.Hour)); err != nil {
+	if err := sysfstest.Materialize(filepath.Join(fixtureDir, "nvme-healthy.sysfs"), sys, time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")

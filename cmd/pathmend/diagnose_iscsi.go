@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 
@@ -131,19 +130,9 @@ func diagnoseISCSI(snap *iscsi.Snapshot, records []volume.Record, cfg iscsiPlanC
 	slices.SortStableFunc(d.rep.Volumes, func(a, b iscsiVolumeRep) int { return strings.Compare(a.VolumeID, b.VolumeID) })
 
 	// Defects by target, then sessions (by SID, then LUN), then maps.
-	targets := map[string]bool{}
-	for _, s := range snap.Sessions {
-		targets[s.TargetName] = true
-	}
-	for _, t := range slices.Sorted(maps.Keys(targets)) {
-		for _, s := range snap.SessionsOf(t) {
-			d.sessionDefects(snap, s, recs, cfg)
-		}
-		for i, m := range snap.Maps {
-			if d.rep.Maps[i].Target == t {
-				d.mapDefect(snap, m, d.rep.Maps[i])
-			}
-		}
+	for _, f := range iscsi.Inspect(snap, recs) {
+		d.defects = append(d.defects, f.Defect)
+		d.plan = append(d.plan, iscsiPlanOf(snap, f, recs, cfg))
 	}
 	return d
 }
@@ -169,7 +158,7 @@ func newSessionRep(snap *iscsi.Snapshot, s iscsi.Session, recs []volume.Record) 
 	}
 	for _, l := range s.LUNs {
 		lr := iscsiLUNRep{LUN: l.Address.LUN, Address: l.Address.String(), State: l.State, WWID: l.WWID, Disk: l.Disk,
-			SizeBytes: l.SizeBytes, Holders: nonNil(l.Holders), Live: s.State.LoggedIn() && l.Running(), Volumes: lunVolumes(recs, s.TargetName, l.Address.LUN)}
+			SizeBytes: l.SizeBytes, Holders: nonNil(l.Holders), Live: s.State.LoggedIn() && l.Running(), Volumes: iscsi.LUNVolumes(recs, s.TargetName, l.Address.LUN)}
 		if m, ok := mapOf(snap, l.Disk); ok {
 			lr.Map = m.Device
 		}
@@ -189,18 +178,6 @@ func mapOf(snap *iscsi.Snapshot, disk string) (iscsi.MultipathMap, bool) {
 		return iscsi.MultipathMap{}, false
 	}
 	return snap.MapOf(disk)
-}
-
-// lunVolumes are the staged volumes of target iqn, LUN lun, sorted.
-func lunVolumes(recs []volume.Record, iqn string, lun int) []string {
-	ids := []string{}
-	for _, r := range recs {
-		if r.Context.ISCSI.IQN == iqn && r.Context.ISCSI.LUN == lun {
-			ids = append(ids, r.VolumeID)
-		}
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 // pathRepOf describes disk as a path of its LUN.
@@ -229,7 +206,7 @@ func newMapRep(snap *iscsi.Snapshot, m iscsi.MultipathMap, recs []volume.Record)
 	}
 	if r.Target != "" {
 		r.SessionsOfTarget = len(snap.SessionsOf(r.Target))
-		r.Volumes = lunVolumes(recs, r.Target, *r.LUN)
+		r.Volumes = iscsi.LUNVolumes(recs, r.Target, *r.LUN)
 	}
 	return r
 }

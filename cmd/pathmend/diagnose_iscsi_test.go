@@ -210,7 +210,7 @@ func TestDiagnose_ISCSISessionDown(t *testing.T) {
 				t.Fatalf("exit %d, defects %+v", code, defects)
 			}
 			d := defects[0]
-			want := heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: tc.iqn + " 127.0.0.2:3260 default",
+			want := heal.Defect{Kind: iscsi.KindSessionDown, Scope: heal.ScopeController, Key: tc.iqn + " 127.0.0.2:3260 default",
 				Subject:  "session2 " + tc.iqn + " 127.0.0.2:3260 " + tc.state,
 				Teardown: []heal.Path{{Name: "session2", Endpoint: "127.0.0.2:3260", State: tc.state}}, Volumes: tc.volumes}
 			got := d
@@ -243,12 +243,12 @@ func TestDiagnose_ISCSIStuckCapture(t *testing.T) {
 		t.Fatalf("exit %d, defects %+v", code, defects)
 	}
 	down, degraded := defects[0], defects[1]
-	if down.Kind != kindSessionDown || down.Key != iqn+" 127.0.0.3:3260 default" ||
+	if down.Kind != iscsi.KindSessionDown || down.Key != iqn+" 127.0.0.3:3260 default" ||
 		!cmp.Equal(down.Teardown, []heal.Path{{Name: "session2", Endpoint: "127.0.0.3:3260", State: "FREE"}}) ||
 		!cmp.Equal(down.Volumes, []string{"pv-stuck"}) || !strings.Contains(down.Detail, "dm-0 keeps live path sda") {
 		t.Errorf("SessionDown = %+v", down)
 	}
-	if degraded.Kind != kindMapDegraded || len(degraded.Teardown) != 0 || !strings.Contains(degraded.Subject, "1 of 2 paths live") {
+	if degraded.Kind != iscsi.KindMapDegraded || len(degraded.Teardown) != 0 || !strings.Contains(degraded.Subject, "1 of 2 paths live") {
 		t.Errorf("MapDegraded = %+v", degraded)
 	}
 	if plan[0].Verdict != heal.Deferred || !strings.Contains(plan[0].Reason, "would choose logout-login") {
@@ -293,9 +293,9 @@ func TestDiagnoseISCSI_DerivedStates(t *testing.T) {
 				s.Sessions[1].LUNs[i].State = iscsi.DeviceBlocked
 			}
 		}, []entry{
-			{kindSessionDown, iqn + " 127.0.0.2:3260 default", heal.Deferred},
-			{kindMapDegraded, "mpath-36001405576cc50fe2cb48818a080ab8f", heal.Deferred},
-			{kindMapDegraded, "mpath-360014058848e188d396406289a52c8bb", heal.Deferred},
+			{iscsi.KindSessionDown, iqn + " 127.0.0.2:3260 default", heal.Deferred},
+			{iscsi.KindMapDegraded, "mpath-36001405576cc50fe2cb48818a080ab8f", heal.Deferred},
+			{iscsi.KindMapDegraded, "mpath-360014058848e188d396406289a52c8bb", heal.Deferred},
 		}, []string{
 			"LUN 0: sdc blocked, dm-0 keeps live path sda",
 			"dm-0 has 1 live slave(s) for 2 session(s) to " + iqn + ": sdc on session2 is blocked (session FAILED)",
@@ -303,13 +303,13 @@ func TestDiagnoseISCSI_DerivedStates(t *testing.T) {
 		{"LUN offline on a LOGGED_IN session", func(s *iscsi.Snapshot) {
 			s.Sessions[0].LUNs[1].State = iscsi.DeviceTransportOffline
 		}, []entry{
-			{kindLUNNotRunning, iqn + " 127.0.0.1:3260 default lun 1", heal.Refused},
-			{kindMapDegraded, "mpath-360014058848e188d396406289a52c8bb", heal.Deferred},
+			{iscsi.KindLUNNotRunning, iqn + " 127.0.0.1:3260 default lun 1", heal.Refused},
+			{iscsi.KindMapDegraded, "mpath-360014058848e188d396406289a52c8bb", heal.Deferred},
 		}, []string{"session1 is LOGGED_IN but its SCSI device 0:0:0:1 is transport-offline; LUN 1: sdb transport-offline, dm-1 keeps live path sdd"}},
 		{"running disk not in its map", func(s *iscsi.Snapshot) {
 			s.Maps[0].Slaves = []string{"sda"}
 		}, []entry{
-			{kindMapDegraded, "mpath-36001405576cc50fe2cb48818a080ab8f", heal.Refused},
+			{iscsi.KindMapDegraded, "mpath-36001405576cc50fe2cb48818a080ab8f", heal.Refused},
 		}, []string{"sdc on session2 (LOGGED_IN, running) is not a slave of dm-0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

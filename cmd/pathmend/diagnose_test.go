@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -29,7 +29,7 @@ const fixtureDir = "../../testdata/fixtures"
 func sysRoot(t *testing.T, fixture string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := sysfs.Materialize(filepath.Join(fixtureDir, fixture+".sysfs"), dir, diagnoseNow); err != nil {
+	if err := sysfstest.Materialize(filepath.Join(fixtureDir, fixture+".sysfs"), dir, diagnoseNow); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -149,11 +149,11 @@ func TestDiagnose_BareNodeAndReadOnlyStateDir(t *testing.T) {
 
 func TestDiagnose_Errors(t *testing.T) {
 	// A tree whose controller lost a required attribute.
-	f, err := sysfs.LoadFixture(filepath.Join(fixtureDir, "nvme-healthy.sysfs"))
+	f, err := sysfstest.LoadFixture(filepath.Join(fixtureDir, "nvme-healthy.sysfs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kept []sysfs.Entry
+	var kept []sysfstest.Entry
 	for _, e := range f.Entries {
 		if e.Path != "devices/virtual/nvme-fabrics/ctl/nvme1/state" {
 			kept = append(kept, e)

@@ -19,7 +19,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/iscsi/attach"
 	"github.com/pathmend/pathmend/pkg/metrics"
 	"github.com/pathmend/pathmend/pkg/monitor"
-	"github.com/pathmend/pathmend/pkg/nvme"
+	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -201,7 +201,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("NVMe host identity: %w", err)
 	}
-	nvmeAtt, err := nvme.NewAttacher(nvme.AttacherConfig{
+	nvmeAtt, err := nvmeattach.NewAttacher(nvmeattach.AttacherConfig{
 		SysFS: sys, DevRoot: c.devRoot, Connector: connector, Host: host, Policy: policy, Clock: clk,
 		AttachWait: c.attachTimeout, ConnectTimeout: c.connectTimeout,
 	})

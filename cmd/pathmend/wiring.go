@@ -65,14 +65,14 @@ func (s *sessionHeal) Tick(ctx context.Context, records []volume.Record, records
 		// Every session seen down counts, in scope or not, as in
 		// `pathmend diagnose`: the heal's scope limits kicks, not reports.
 		if r.State != iscsi.SessionLoggedIn && r.DownFor > 0 {
-			counts[kindSessionDown]++
+			counts[iscsi.KindSessionDown]++
 		}
 		// Nothing decided yet, or a kick awaiting its outcome: no verdict.
 		if r.Verdict == "" || r.Verdict == heal.Kicked {
 			continue
 		}
 		outcomes = append(outcomes, heal.Outcome{
-			Defect:  heal.Defect{Kind: kindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
+			Defect:  heal.Defect{Kind: iscsi.KindSessionDown, Scope: heal.ScopeController, Key: r.Node.HealKey()},
 			Verdict: r.Verdict, Reason: r.Reason, Class: r.Class, Err: r.Err,
 		})
 		switch r.Verdict {

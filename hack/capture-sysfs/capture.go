@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // classRoot is a directory of class (or block) symlinks pathmend reads.
@@ -78,14 +78,14 @@ const maxAttr = 4096
 type capturer struct {
 	root    string
 	now     time.Time
-	entries map[string]sysfs.Entry
+	entries map[string]sysfstest.Entry
 	walked  map[string]bool
 }
 
 // capture snapshots the subtrees pathmend reads below root. now is the
 // capture time that directory ages are relative to.
-func capture(root string, now time.Time) (*sysfs.Fixture, error) {
-	c := &capturer{root: root, now: now, entries: map[string]sysfs.Entry{}, walked: map[string]bool{}}
+func capture(root string, now time.Time) (*sysfstest.Fixture, error) {
+	c := &capturer{root: root, now: now, entries: map[string]sysfstest.Entry{}, walked: map[string]bool{}}
 	for _, cr := range classRoots {
 		if err := c.classDir(cr); err != nil {
 			return nil, err
@@ -102,7 +102,7 @@ func capture(root string, now time.Time) (*sysfs.Fixture, error) {
 			return nil, err
 		}
 	}
-	f := &sysfs.Fixture{}
+	f := &sysfstest.Fixture{}
 	for _, e := range c.entries {
 		f.Entries = append(f.Entries, e)
 	}
@@ -175,7 +175,7 @@ func (c *capturer) link(rel string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c.entries[rel] = sysfs.Entry{Kind: sysfs.KindLink, Path: rel, Target: t}
+	c.entries[rel] = sysfstest.Entry{Kind: sysfstest.KindLink, Path: rel, Target: t}
 	resolved := path.Join(path.Dir(rel), t)
 	if path.IsAbs(t) || resolved == ".." || strings.HasPrefix(resolved, "../") {
 		return "", fmt.Errorf("link %s -> %s leaves the sysfs root", rel, t)
@@ -212,7 +212,7 @@ func (c *capturer) dir(rel string) error {
 	if age < 0 {
 		age = 0
 	}
-	c.entries[rel] = sysfs.Entry{Kind: sysfs.KindDir, Path: rel, Age: age}
+	c.entries[rel] = sysfstest.Entry{Kind: sysfstest.KindDir, Path: rel, Age: age}
 	return nil
 }
 
@@ -268,7 +268,7 @@ func (c *capturer) node(rel string, depth int) error {
 		if err != nil {
 			return err
 		}
-		c.entries[rel] = sysfs.Entry{Kind: sysfs.KindLink, Path: rel, Target: t}
+		c.entries[rel] = sysfstest.Entry{Kind: sysfstest.KindLink, Path: rel, Target: t}
 	case fi.IsDir():
 		if depth+1 > maxDepth {
 			return c.dir(rel)
@@ -285,27 +285,27 @@ func (c *capturer) node(rel string, depth int) error {
 // attribute of a materialized fixture, whose content is the error name
 // (recorded with mode 0444: the attributes whose reads fail are
 // read-only ones, like a down connection's address).
-func (c *capturer) attr(rel string, perm fs.FileMode) sysfs.Entry {
-	e := sysfs.Entry{Path: rel, Mode: perm}
+func (c *capturer) attr(rel string, perm fs.FileMode) sysfstest.Entry {
+	e := sysfstest.Entry{Path: rel, Mode: perm}
 	if perm == 0 {
 		b, err := readBounded(c.full(rel))
 		e.Mode = 0o444
-		e.Kind, e.Value = sysfs.KindUnreadable, strings.TrimSpace(string(b))
+		e.Kind, e.Value = sysfstest.KindUnreadable, strings.TrimSpace(string(b))
 		if err != nil || e.Value == "" {
 			e.Value = errName(err)
 		}
 		return e
 	}
 	if perm&0o444 == 0 {
-		e.Kind = sysfs.KindWriteOnly
+		e.Kind = sysfstest.KindWriteOnly
 		return e
 	}
 	b, err := readBounded(c.full(rel))
 	if err != nil {
-		e.Kind, e.Value = sysfs.KindUnreadable, errName(err)
+		e.Kind, e.Value = sysfstest.KindUnreadable, errName(err)
 		return e
 	}
-	e.Kind, e.Value = sysfs.KindFile, string(b)
+	e.Kind, e.Value = sysfstest.KindFile, string(b)
 	return e
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pathmend/pathmend/internal/testneed"
-	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // TestCapture_CommittedFixturesRecaptureUnchanged materializes every
@@ -26,7 +26,7 @@ func TestCapture_CommittedFixturesRecaptureUnchanged(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, p := range paths {
 		t.Run(filepath.Base(p), func(t *testing.T) {
-			want, err := sysfs.LoadFixture(p)
+			want, err := sysfstest.LoadFixture(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,15 +50,15 @@ func TestSanitize_ReplacesHostIdentitiesConsistently(t *testing.T) {
 	const hostnqn = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555"
 	const hostid = "11111111-2222-4333-8444-555555555555"
 	const iname = "iqn.1993-08.org.debian:01:abcdef"
-	f := &sysfs.Fixture{Entries: []sysfs.Entry{
-		{Kind: sysfs.KindFile, Path: "c/nvme0/hostnqn", Mode: 0o444, Value: hostnqn + "\n"},
-		{Kind: sysfs.KindFile, Path: "c/nvme1/hostnqn", Mode: 0o444, Value: hostnqn + "\n"},
-		{Kind: sysfs.KindFile, Path: "c/nvme0/hostid", Mode: 0o444, Value: hostid + "\n"},
-		{Kind: sysfs.KindFile, Path: "c/nvme0/subsysnqn", Mode: 0o444, Value: "nqn.2024-01.io.pathmend.lab:keep\n"},
-		{Kind: sysfs.KindFile, Path: "s/session1/initiatorname", Mode: 0o444, Value: iname + "\n"},
-		{Kind: sysfs.KindFile, Path: "s/session1/targetname", Mode: 0o444, Value: "iqn.2024-01.io.pathmend.lab:keep\n"},
-		{Kind: sysfs.KindFile, Path: "h/host2/initiatorname", Mode: 0o444, Value: "(null)\n"},
-		{Kind: sysfs.KindFile, Path: "x/mentions", Mode: 0o444, Value: "host " + hostnqn + " id " + hostid + "\n"},
+	f := &sysfstest.Fixture{Entries: []sysfstest.Entry{
+		{Kind: sysfstest.KindFile, Path: "c/nvme0/hostnqn", Mode: 0o444, Value: hostnqn + "\n"},
+		{Kind: sysfstest.KindFile, Path: "c/nvme1/hostnqn", Mode: 0o444, Value: hostnqn + "\n"},
+		{Kind: sysfstest.KindFile, Path: "c/nvme0/hostid", Mode: 0o444, Value: hostid + "\n"},
+		{Kind: sysfstest.KindFile, Path: "c/nvme0/subsysnqn", Mode: 0o444, Value: "nqn.2024-01.io.pathmend.lab:keep\n"},
+		{Kind: sysfstest.KindFile, Path: "s/session1/initiatorname", Mode: 0o444, Value: iname + "\n"},
+		{Kind: sysfstest.KindFile, Path: "s/session1/targetname", Mode: 0o444, Value: "iqn.2024-01.io.pathmend.lab:keep\n"},
+		{Kind: sysfstest.KindFile, Path: "h/host2/initiatorname", Mode: 0o444, Value: "(null)\n"},
+		{Kind: sysfstest.KindFile, Path: "x/mentions", Mode: 0o444, Value: "host " + hostnqn + " id " + hostid + "\n"},
 	}}
 	kinds := sanitize(f)
 	if diff := cmp.Diff([]string{"hostnqn", "hostid", "initiatorname"}, kinds); diff != "" {
@@ -101,12 +101,12 @@ func TestRun_SummaryOfAFixture(t *testing.T) {
 }
 
 func TestRedactSecrets(t *testing.T) {
-	f := &sysfs.Fixture{Entries: []sysfs.Entry{
-		{Kind: sysfs.KindFile, Path: "class/iscsi_session/session1/password", Value: "chap-secret-123\n"},
-		{Kind: sysfs.KindFile, Path: "class/iscsi_session/session1/password_in", Value: "(null)\n"},
-		{Kind: sysfs.KindFile, Path: "class/nvme/nvme0/dhchap_secret", Value: "DHHC-1:00:abc:\n"},
-		{Kind: sysfs.KindFile, Path: "class/nvme/nvme0/dhchap_ctrl_secret", Value: "none\n"},
-		{Kind: sysfs.KindFile, Path: "class/iscsi_session/session1/username", Value: "lab-user\n"},
+	f := &sysfstest.Fixture{Entries: []sysfstest.Entry{
+		{Kind: sysfstest.KindFile, Path: "class/iscsi_session/session1/password", Value: "chap-secret-123\n"},
+		{Kind: sysfstest.KindFile, Path: "class/iscsi_session/session1/password_in", Value: "(null)\n"},
+		{Kind: sysfstest.KindFile, Path: "class/nvme/nvme0/dhchap_secret", Value: "DHHC-1:00:abc:\n"},
+		{Kind: sysfstest.KindFile, Path: "class/nvme/nvme0/dhchap_ctrl_secret", Value: "none\n"},
+		{Kind: sysfstest.KindFile, Path: "class/iscsi_session/session1/username", Value: "lab-user\n"},
 	}}
 	if n := redactSecrets(f); n != 2 {
 		t.Errorf("redacted %d values, want 2", n)

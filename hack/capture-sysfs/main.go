@@ -1,5 +1,5 @@
 // Command capture-sysfs snapshots the parts of a sysfs tree pathmend reads
-// into a fixture file (the text format of pkg/sysfs), or prints a readable
+// into a fixture file (the text format of pkg/sysfs/sysfstest), or prints a readable
 // summary of a node's NVMe-oF and iSCSI topology.
 //
 // What is captured, relative to the sysfs root:
@@ -44,6 +44,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 type commentFlags []string
@@ -84,7 +85,7 @@ func run(args []string, stdout io.Writer, now func() time.Time) error {
 				return err
 			}
 			defer os.RemoveAll(tmp)
-			if err := sysfs.Materialize(*fixture, tmp, t); err != nil {
+			if err := sysfstest.Materialize(*fixture, tmp, t); err != nil {
 				return err
 			}
 			dir = tmp

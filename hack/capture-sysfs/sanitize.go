@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // identity is a host identity attribute and how its stable stand-in is
@@ -40,10 +40,10 @@ var secretAttrs = map[string]bool{
 // redactSecrets replaces the value of every credential attribute that is
 // set with "<redacted>"; unset values ("(null)", "none", empty) are kept.
 // It returns how many values it replaced.
-func redactSecrets(f *sysfs.Fixture) int {
+func redactSecrets(f *sysfstest.Fixture) int {
 	n := 0
 	for i, e := range f.Entries {
-		if e.Kind != sysfs.KindFile || !secretAttrs[path.Base(e.Path)] {
+		if e.Kind != sysfstest.KindFile || !secretAttrs[path.Base(e.Path)] {
 			continue
 		}
 		switch strings.TrimRight(e.Value, "\n \x00") {
@@ -60,7 +60,7 @@ func redactSecrets(f *sysfs.Fixture) int {
 // and initiatorname attributes) with a stable fake, everywhere it occurs
 // in an attribute value, so the same identity maps to the same fake across
 // the whole capture. It returns the attribute names it replaced.
-func sanitize(f *sysfs.Fixture) []string {
+func sanitize(f *sysfstest.Fixture) []string {
 	type repl struct{ real, fake string }
 	var repls []repl
 	seen := map[string]bool{}
@@ -68,7 +68,7 @@ func sanitize(f *sysfs.Fixture) []string {
 	for _, id := range identities {
 		var reals []string
 		for _, e := range f.Entries {
-			if e.Kind != sysfs.KindFile || path.Base(e.Path) != id.attr {
+			if e.Kind != sysfstest.KindFile || path.Base(e.Path) != id.attr {
 				continue
 			}
 			v := strings.TrimRight(e.Value, "\n \x00")
@@ -97,7 +97,7 @@ func sanitize(f *sysfs.Fixture) []string {
 	}
 	r := strings.NewReplacer(pairs...)
 	for i, e := range f.Entries {
-		if e.Kind == sysfs.KindFile {
+		if e.Kind == sysfstest.KindFile {
 			f.Entries[i].Value = r.Replace(e.Value)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 type Attacher struct {
 	mu      sync.Mutex
 	backing map[string]string           // volume ID → backing file
-	health  map[string]driver.Condition // injected conditions
+	health  map[string]volume.Condition // injected conditions
 	current map[string]string           // volume ID → its loop device after a Replace
 	// Attaches counts successful Attach calls, for tests.
 	Attaches int
@@ -34,7 +34,7 @@ var _ driver.Attacher = (*Attacher)(nil)
 
 // NewAttacher returns an Attacher with no volumes.
 func NewAttacher() *Attacher {
-	return &Attacher{backing: map[string]string{}, health: map[string]driver.Condition{}, current: map[string]string{}}
+	return &Attacher{backing: map[string]string{}, health: map[string]volume.Condition{}, current: map[string]string{}}
 }
 
 // Register makes volumeID attachable from file.
@@ -93,7 +93,7 @@ func (a *Attacher) device(ctx context.Context, volumeID, file string) (string, e
 }
 
 // SetCondition makes Health report c for volumeID.
-func (a *Attacher) SetCondition(volumeID string, c driver.Condition) {
+func (a *Attacher) SetCondition(volumeID string, c volume.Condition) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.health[volumeID] = c
@@ -116,8 +116,8 @@ func (c loopCreated) String() string { return "loop device " + c.dev }
 
 // Attach returns the loop device of the volume's backing file, setting one
 // up if none exists (then the attachment names it as created).
-func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Attachment, error) {
-	att := driver.Attachment{VolumeID: req.VolumeID, Context: req.Context}
+func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume.Attachment, error) {
+	att := volume.Attachment{VolumeID: req.VolumeID, Context: req.Context}
 	file, err := a.file(req.VolumeID)
 	if err != nil {
 		return att, err
@@ -141,12 +141,12 @@ func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver
 	a.mu.Lock()
 	a.Attaches++
 	a.mu.Unlock()
-	att.Device = driver.Device{Path: dev, SizeBytes: size}
+	att.Device = volume.Device{Path: dev, SizeBytes: size}
 	return att, nil
 }
 
 // Undo removes the loop device Attach set up, if it did.
-func (a *Attacher) Undo(ctx context.Context, att driver.Attachment, _ volume.CoTenants) error {
+func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, _ volume.CoTenants) error {
 	c, ok := att.Created.(loopCreated)
 	if !ok {
 		return nil
@@ -195,14 +195,14 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 
 // Health reports an injected condition, else whether the device exists;
 // either way with the volume's current loop device and its number.
-func (a *Attacher) Health(ctx context.Context, rec volume.Record) driver.Condition {
+func (a *Attacher) Health(ctx context.Context, rec volume.Record) volume.Condition {
 	a.mu.Lock()
 	c, ok := a.health[rec.VolumeID]
 	a.mu.Unlock()
 	if !ok {
-		c = driver.Condition{Status: driver.Healthy}
+		c = volume.Condition{Status: volume.Healthy}
 		if _, err := os.Stat(rec.Device); err != nil {
-			c = driver.Condition{Status: driver.Inaccessible, Reason: "DeviceGone", Message: fmt.Sprintf("loop device %s is gone", rec.Device)}
+			c = volume.Condition{Status: volume.Inaccessible, Reason: "DeviceGone", Message: fmt.Sprintf("loop device %s is gone", rec.Device)}
 		}
 	}
 	if file, err := a.file(rec.VolumeID); err == nil {

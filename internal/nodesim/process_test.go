@@ -20,6 +20,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/nvme"
+	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -72,7 +73,7 @@ func (s *sim) start() *process {
 		panic(err)
 	}
 	conn := seamConnector{s.kernel, p}
-	nvmeAtt, err := nvme.NewAttacher(nvme.AttacherConfig{
+	nvmeAtt, err := nvmeattach.NewAttacher(nvmeattach.AttacherConfig{
 		SysFS: s.kernel.FS(), DevRoot: "/dev", Connector: conn, Host: host, Policy: policy,
 		AttachWait: time.Second, Poll: 50 * time.Millisecond,
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // Read is one read of a tree: a remembering reader's next read or a fresh
@@ -91,11 +92,11 @@ func Captures[T any](t *testing.T, glob string, now time.Time, remembering func(
 	read, full := remembering(fsys), fresh(fsys)
 	for round := range 2 {
 		for _, n := range names {
-			f, err := sysfs.LoadFixture(n)
+			f, err := sysfstest.LoadFixture(n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := sysfs.Replace(root, f, now); err != nil {
+			if err := sysfstest.Replace(root, f, now); err != nil {
 				t.Fatal(err)
 			}
 			for _, when := range []string{"after the replacement", "unchanged"} {

@@ -12,6 +12,7 @@ import (
 	mount "k8s.io/mount-utils"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // tree builds a sysfs root holding block/<dev> directories the way the
@@ -173,7 +174,7 @@ func TestInUse_FailsClosed(t *testing.T) {
 // node shows it.
 func TestInUse_OnLabCaptures(t *testing.T) {
 	dir := t.TempDir()
-	if err := sysfs.Materialize("../../testdata/fixtures/iscsi-healthy.sysfs", dir, time.Now()); err != nil {
+	if err := sysfstest.Materialize("../../testdata/fixtures/iscsi-healthy.sysfs", dir, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	fsys := sysfs.New(dir)

@@ -26,14 +26,14 @@ type Attacher interface {
 	// created; the caller removes it with Undo. A repair during the
 	// attach spares req.CoTenants and tears nothing down while
 	// req.CoTenants.Err is set.
-	Attach(ctx context.Context, req AttachRequest) (Attachment, error)
+	Attach(ctx context.Context, req volume.AttachRequest) (volume.Attachment, error)
 
 	// Undo removes what one Attach created (a.Created) and nothing that
 	// existed before it, sparing what co uses. It returns an error when
 	// something it should remove stays (co.Err forbids any teardown, or a
 	// teardown failed): the caller then keeps the volume's attaching
 	// record, so a later NodeUnstage or the reconciliation finishes it.
-	Undo(ctx context.Context, a Attachment, co volume.CoTenants) error
+	Undo(ctx context.Context, a volume.Attachment, co volume.CoTenants) error
 
 	// Detach releases the paths of a volume that no co-tenant uses. It
 	// tears nothing down while co.Err is set. Detaching a volume that is
@@ -46,7 +46,7 @@ type Attacher interface {
 
 	// Health reports the condition of a staged volume's paths. It reads
 	// kernel state only and never repairs anything.
-	Health(ctx context.Context, rec volume.Record) Condition
+	Health(ctx context.Context, rec volume.Record) volume.Condition
 }
 
 // DeviceChecker is implemented by an Attacher whose device can change
@@ -60,30 +60,8 @@ type DeviceChecker interface {
 	// DevNum) and returns the device to use now: the same one, or the
 	// one that has taken its place. An error says the device must not be
 	// used now (wrapping volume.ErrUnavailable when a retry may succeed).
-	CheckDevice(ctx context.Context, rec volume.Record) (Device, error)
+	CheckDevice(ctx context.Context, rec volume.Record) (volume.Device, error)
 }
-
-// The attach-side types are defined in pkg/volume so that transports
-// implement Attacher without importing this gRPC-facing package.
-type (
-	// AttachRequest is everything an Attacher needs to attach one volume.
-	AttachRequest = volume.AttachRequest
-	// Attachment is what one Attach made present and created.
-	Attachment = volume.Attachment
-	// Device is an attached, verified block device.
-	Device = volume.Device
-	// Condition is the path health of a staged volume.
-	Condition = volume.Condition
-	// HealthStatus grades a volume's paths.
-	HealthStatus = volume.HealthStatus
-)
-
-// Health statuses, re-exported for callers of this package.
-const (
-	Healthy      = volume.Healthy
-	Degraded     = volume.Degraded
-	Inaccessible = volume.Inaccessible
-)
 
 // notBuilt is the Attacher of a transport whose implementation has not been
 // wired into this binary. It refuses every attach with FailedPrecondition so
@@ -102,12 +80,12 @@ func (n notBuilt) err() error {
 	}
 }
 
-func (n notBuilt) Attach(_ context.Context, req AttachRequest) (Attachment, error) {
-	return Attachment{VolumeID: req.VolumeID, Context: req.Context}, n.err()
+func (n notBuilt) Attach(_ context.Context, req volume.AttachRequest) (volume.Attachment, error) {
+	return volume.Attachment{VolumeID: req.VolumeID, Context: req.Context}, n.err()
 }
-func (n notBuilt) Undo(context.Context, Attachment, volume.CoTenants) error      { return nil }
-func (n notBuilt) Detach(context.Context, volume.Record, volume.CoTenants) error { return n.err() }
-func (n notBuilt) Expand(context.Context, volume.Record) (int64, error)          { return 0, n.err() }
-func (n notBuilt) Health(context.Context, volume.Record) Condition {
-	return Condition{Status: Inaccessible, Reason: "TransportNotBuilt", Message: n.err().Error()}
+func (n notBuilt) Undo(context.Context, volume.Attachment, volume.CoTenants) error { return nil }
+func (n notBuilt) Detach(context.Context, volume.Record, volume.CoTenants) error   { return n.err() }
+func (n notBuilt) Expand(context.Context, volume.Record) (int64, error)            { return 0, n.err() }
+func (n notBuilt) Health(context.Context, volume.Record) volume.Condition {
+	return volume.Condition{Status: volume.Inaccessible, Reason: "TransportNotBuilt", Message: n.err().Error()}
 }

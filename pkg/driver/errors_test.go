@@ -47,11 +47,11 @@ func TestToStatus(t *testing.T) {
 
 func TestNotBuiltRefusesEveryCall(t *testing.T) {
 	a := NotBuilt(volume.TransportISCSI)
-	_, err := a.Attach(context.Background(), AttachRequest{VolumeID: "v"})
+	_, err := a.Attach(context.Background(), volume.AttachRequest{VolumeID: "v"})
 	if status.Code(ToStatus(err)) != codes.FailedPrecondition {
 		t.Errorf("Attach: %v, want FailedPrecondition", err)
 	}
-	if c := a.Health(context.Background(), volume.Record{}); c.Status != Inaccessible {
+	if c := a.Health(context.Background(), volume.Record{}); c.Status != volume.Inaccessible {
 		t.Errorf("Health = %+v, want Inaccessible", c)
 	}
 	if _, err := a.Expand(context.Background(), volume.Record{}); err == nil {

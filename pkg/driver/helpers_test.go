@@ -134,7 +134,7 @@ type fakeAttacher struct {
 	release  chan struct{} // Attach waits for it when set
 	err      error
 	// health, when set, is every volume's condition.
-	health func(volume.Record) driver.Condition
+	health func(volume.Record) volume.Condition
 }
 
 func (f *fakeAttacher) record(c string) {
@@ -149,8 +149,8 @@ func (f *fakeAttacher) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeAttacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Attachment, error) {
-	a := driver.Attachment{VolumeID: req.VolumeID, Context: req.Context}
+func (f *fakeAttacher) Attach(ctx context.Context, req volume.AttachRequest) (volume.Attachment, error) {
+	a := volume.Attachment{VolumeID: req.VolumeID, Context: req.Context}
 	f.record("attach " + req.VolumeID)
 	f.mu.Lock()
 	f.secrets = append(f.secrets, req.Secrets)
@@ -168,11 +168,11 @@ func (f *fakeAttacher) Attach(ctx context.Context, req driver.AttachRequest) (dr
 	if f.err != nil {
 		return a, f.err
 	}
-	a.Device = driver.Device{Path: f.device, SizeBytes: 1 << 20}
+	a.Device = volume.Device{Path: f.device, SizeBytes: 1 << 20}
 	return a, nil
 }
 
-func (f *fakeAttacher) Undo(_ context.Context, a driver.Attachment, _ volume.CoTenants) error {
+func (f *fakeAttacher) Undo(_ context.Context, a volume.Attachment, _ volume.CoTenants) error {
 	f.record("undo " + a.VolumeID)
 	return nil
 }
@@ -187,11 +187,11 @@ func (f *fakeAttacher) Expand(_ context.Context, rec volume.Record) (int64, erro
 	return 1 << 20, nil
 }
 
-func (f *fakeAttacher) Health(_ context.Context, rec volume.Record) driver.Condition {
+func (f *fakeAttacher) Health(_ context.Context, rec volume.Record) volume.Condition {
 	if f.health != nil {
 		return f.health(rec)
 	}
-	return driver.Condition{Message: "fake"}
+	return volume.Condition{Message: "fake"}
 }
 
 // fakeEnv is a driver with a fake attacher and a fake mounter: for tests

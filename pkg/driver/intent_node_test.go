@@ -22,6 +22,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/nvme"
+	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -100,7 +101,7 @@ type node struct {
 	store    *volume.Store
 	owner    *intent.Owner
 	policy   *heal.Policy
-	nvmeAtt  *nvme.Attacher
+	nvmeAtt  *nvmeattach.Attacher
 	iscsiAtt *attach.Attacher
 	drv      *driver.Driver
 }
@@ -135,7 +136,7 @@ func (n *node) start() {
 	if n.policy, err = heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Now: n.clk.Now}); err != nil {
 		t.Fatal(err)
 	}
-	n.nvmeAtt, err = nvme.NewAttacher(nvme.AttacherConfig{
+	n.nvmeAtt, err = nvmeattach.NewAttacher(nvmeattach.AttacherConfig{
 		SysFS: n.kernel.FS(), DevRoot: "/dev", Connector: n.kernel, Host: testHost, Policy: n.policy,
 		AttachWait: 300 * time.Millisecond, Poll: 5 * time.Millisecond,
 	})

@@ -17,15 +17,15 @@ import (
 // there, and whether what its users hold is still its device (a device
 // the kernel removed and re-created makes a staged volume inaccessible
 // however healthy its paths are).
-func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) Condition {
+func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) volume.Condition {
 	if rec.AccessType == volume.AccessMount {
 		if mounted, err := isMountPoint(d.deps.Mounter, rec.StagingPath); err == nil && !mounted {
-			return Condition{Status: Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}
+			return volume.Condition{Status: volume.Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}
 		}
 	}
 	att, err := d.attacher(rec.Context.Transport)
 	if err != nil {
-		return Condition{Status: Inaccessible, Reason: "UnknownTransport", Message: err.Error()}
+		return volume.Condition{Status: volume.Inaccessible, Reason: "UnknownTransport", Message: err.Error()}
 	}
 	c := att.Health(ctx, rec)
 	if mounts, err := d.mounts(); err == nil {
@@ -36,12 +36,12 @@ func (d *Driver) volumeCondition(ctx context.Context, rec volume.Record) Conditi
 	return c
 }
 
-func healthEntries(c Condition) []*csi.VolumeHealth_VolumeHealthEntry {
+func healthEntries(c volume.Condition) []*csi.VolumeHealth_VolumeHealthEntry {
 	msg := boundMessage(c.Message, maxHealthMessageBytes)
 	switch c.Status {
-	case Degraded:
+	case volume.Degraded:
 		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_DEGRADED, Reason: c.Reason, Message: msg}}
-	case Inaccessible:
+	case volume.Inaccessible:
 		return []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: c.Reason, Message: msg}}
 	}
 	return nil
@@ -114,12 +114,12 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		reason string
 	}
 	affected := map[key][]string{}
-	add := func(c Condition, msg string) {
+	add := func(c volume.Condition, msg string) {
 		var st csi.StorageHealthErrorType
 		switch c.Status {
-		case Degraded:
+		case volume.Degraded:
 			st = csi.StorageHealthErrorType_STORAGE_DEGRADED
-		case Inaccessible:
+		case volume.Inaccessible:
 			st = csi.StorageHealthErrorType_STORAGE_UNREACHABLE
 		default:
 			return
@@ -132,10 +132,10 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 		add(c, fmt.Sprintf("%s (volume %s): %s", backendOf(rec.Context), rec.VolumeID, c.Message))
 	}
 	if err := l.Err(); err != nil {
-		add(Condition{Status: Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("%d staged-volume record(s) cannot be read, so their volumes are neither checked nor healed and nothing of their targets is torn down: %v; see pathmend diagnose and docs/state.md (an unreadable record)", len(l.Unreadable), err))
+		add(volume.Condition{Status: volume.Degraded, Reason: ReasonRecordsUnreadable}, fmt.Sprintf("%d staged-volume record(s) cannot be read, so their volumes are neither checked nor healed and nothing of their targets is torn down: %v; see pathmend diagnose and docs/state.md (an unreadable record)", len(l.Unreadable), err))
 	}
 	if d.cfg.HealMode == heal.ModeOff {
-		add(Condition{Status: Degraded, Reason: ReasonHealOff}, "path healing is off on this node (--heal=off): pathmend neither reconnects nor repairs paths, and a path lost stays lost; run pathmend with --heal=repair, or --heal=observe to see what it would do")
+		add(volume.Condition{Status: volume.Degraded, Reason: ReasonHealOff}, "path healing is off on this node (--heal=off): pathmend neither reconnects nor repairs paths, and a path lost stays lost; run pathmend with --heal=repair, or --heal=observe to see what it would do")
 	}
 	if d.deps.NodeConditions != nil {
 		for _, c := range d.deps.NodeConditions() {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -23,8 +22,8 @@ func TestHealth_MessagesFitWhatKubernetesKeeps(t *testing.T) {
 	const k8sMaxMessage = 1024
 	env := newFakeEnv(t)
 	long := strings.Repeat("path 127.0.0.1:4420 — controller nvme3 connecting; ", 60)
-	env.attacher.health = func(volume.Record) driver.Condition {
-		return driver.Condition{Status: driver.Degraded, Reason: "PathsBelowExpected", Message: long}
+	env.attacher.health = func(volume.Record) volume.Condition {
+		return volume.Condition{Status: volume.Degraded, Reason: "PathsBelowExpected", Message: long}
 	}
 	vctx, _, err := volume.Parse(nvmeContext(), nil)
 	if err != nil {
@@ -77,8 +76,8 @@ func TestHealth_MessagesFitWhatKubernetesKeeps(t *testing.T) {
 // for a volume that does not exist on the node.
 func TestNodeGetVolumeHealth_AnswersForTheVolumeWhicheverPathsKubeletSends(t *testing.T) {
 	env := newFakeEnv(t)
-	env.attacher.health = func(volume.Record) driver.Condition {
-		return driver.Condition{Status: driver.Degraded, Reason: "PathsBelowExpected", Message: "1 of 2 paths live"}
+	env.attacher.health = func(volume.Record) volume.Condition {
+		return volume.Condition{Status: volume.Degraded, Reason: "PathsBelowExpected", Message: "1 of 2 paths live"}
 	}
 	vctx, _, err := volume.Parse(nvmeContext(), nil)
 	if err != nil {

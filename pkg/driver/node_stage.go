@@ -178,24 +178,24 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 // record protects it as well), attaches with the target's co-tenants, and
 // records the device in the attaching record. A failed attach is undone
 // here; the record goes only when everything the call created went too.
-func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, secrets volume.Secrets, hadRecord, wasStaged bool) (Attachment, error) {
+func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, secrets volume.Secrets, hadRecord, wasStaged bool) (volume.Attachment, error) {
 	volumeID := want.VolumeID
 	lease, err := d.deps.Intents.Lock(ctx, want.Target(), "NodeStageVolume "+volumeID)
 	if err != nil {
-		return Attachment{}, err
+		return volume.Attachment{}, err
 	}
 	defer lease.Unlock()
 	co, err := lease.CoTenants(volumeID)
 	if err != nil {
-		return Attachment{}, internal(err, "read co-tenants of volume %s", volumeID)
+		return volume.Attachment{}, internal(err, "read co-tenants of volume %s", volumeID)
 	}
 	if !wasStaged {
 		want.State = volume.StateAttaching
 		if err := lease.Put(want); err != nil {
-			return Attachment{}, internal(err, "record intent to attach volume %s", volumeID)
+			return volume.Attachment{}, internal(err, "record intent to attach volume %s", volumeID)
 		}
 	}
-	a, err := att.Attach(ctx, AttachRequest{VolumeID: volumeID, Context: want.Context, Secrets: secrets, ReadOnly: want.ReadOnly, CoTenants: co})
+	a, err := att.Attach(ctx, volume.AttachRequest{VolumeID: volumeID, Context: want.Context, Secrets: secrets, ReadOnly: want.ReadOnly, CoTenants: co})
 	if err != nil {
 		err = fmt.Errorf("attach volume %s: %w", volumeID, err)
 		if wasStaged {
@@ -238,7 +238,7 @@ func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, s
 // undo removes what a's attach created after a later step failed, under
 // the target's lease again, and the attaching record when everything
 // went (and there was no record before the call).
-func (d *Driver) undo(ctx context.Context, att Attacher, a Attachment, hadRecord bool) {
+func (d *Driver) undo(ctx context.Context, att Attacher, a volume.Attachment, hadRecord bool) {
 	ctx = context.WithoutCancel(ctx)
 	lease, err := d.deps.Intents.Lock(ctx, a.Context.Target(), "NodeStageVolume rollback "+a.VolumeID)
 	if err != nil {
@@ -254,7 +254,7 @@ func (d *Driver) undo(ctx context.Context, att Attacher, a Attachment, hadRecord
 	d.undoLocked(ctx, att, a, co, lease, hadRecord)
 }
 
-func (d *Driver) undoLocked(ctx context.Context, att Attacher, a Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord bool) {
+func (d *Driver) undoLocked(ctx context.Context, att Attacher, a volume.Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord bool) {
 	if err := att.Undo(ctx, a, co); err != nil {
 		klog.FromContext(ctx).Error(err, "Rollback: keeping the attaching record until what the stage created is removed", "volumeID", a.VolumeID, "created", createdString(a))
 		return
@@ -296,7 +296,7 @@ func (d *Driver) checkDevice(ctx context.Context, att Attacher, rec *volume.Reco
 	return true, nil
 }
 
-func createdString(a Attachment) string {
+func createdString(a volume.Attachment) string {
 	if a.Created == nil {
 		return ""
 	}

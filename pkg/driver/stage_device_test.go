@@ -27,7 +27,7 @@ type lateMapAttacher struct {
 	host *iscsitest.Host
 }
 
-func (a lateMapAttacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Attachment, error) {
+func (a lateMapAttacher) Attach(ctx context.Context, req volume.AttachRequest) (volume.Attachment, error) {
 	att, err := a.Attacher.Attach(ctx, req)
 	a.host.StartMultipathd()
 	return att, err

@@ -63,10 +63,10 @@ func stagedDevice(rec volume.Record, mounts []volume.Mount) (volume.StagedDevice
 // device is not one of the devices c (its transport's health, read now)
 // says the volume has; ok is false when it is one, or when either side is
 // unknown.
-func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c Condition) (Condition, bool) {
+func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c volume.Condition) (volume.Condition, bool) {
 	staged, ok := stagedDevice(rec, mounts)
 	if !ok {
-		return Condition{}, false
+		return volume.Condition{}, false
 	}
 	// sysfs lists every registered block device number under dev/block.
 	_, err := d.deps.SysFS.Stat("dev/block/" + staged.Device.Number.String())
@@ -76,10 +76,10 @@ func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c C
 // replaced reads the mount table and the volume's health and returns the
 // condition of a volume whose staged device was replaced; ok is false
 // otherwise (also when the mount table cannot be read).
-func (d *Driver) replaced(ctx context.Context, rec volume.Record, att Attacher) (Condition, bool) {
+func (d *Driver) replaced(ctx context.Context, rec volume.Record, att Attacher) (volume.Condition, bool) {
 	mounts, err := d.mounts()
 	if err != nil {
-		return Condition{}, false
+		return volume.Condition{}, false
 	}
 	return d.replacedCondition(rec, mounts, att.Health(ctx, rec))
 }
@@ -107,7 +107,7 @@ func (d *Driver) StagedDevices(recs []volume.Record) (map[string]volume.StagedDe
 // transport's (read from sysfs) when the device node agrees, the node's
 // when the transport read none. A node of another number is stale (an
 // earlier device of the same name): an error.
-func attachedNumber(dev Device) (volume.DeviceNumber, error) {
+func attachedNumber(dev volume.Device) (volume.DeviceNumber, error) {
 	n, ok := rdevOf(dev.Path)
 	switch {
 	case !ok:

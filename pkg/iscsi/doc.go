@@ -2,8 +2,7 @@
 // model of the kernel's iSCSI state from sysfs, an Initiator that drives
 // open-iscsi through iscsiadm, and the SessionHealer that gets sessions
 // stuck out of LOGGED_IN back. The CSI attacher built on it lives in
-// package attach, so this package does not import pkg/driver (the monitor
-// imports this one).
+// package attach. Neither imports pkg/driver or pkg/monitor.
 //
 // # What it reads
 //
@@ -42,6 +41,18 @@
 // session are never read. The kernel publishes no timestamp for a state
 // change (the mtimes of these files never move), so how long a session has
 // been down is measured by the observer: the SessionHealer's clocks.
+//
+// # Diagnosis
+//
+// Inspect turns one Snapshot plus the staged volumes into typed findings
+// (heal.Defect with what they rest on): SessionDown for a session out of
+// LOGGED_IN, LUNNotRunning for a LUN the kernel blocked or offlined under
+// a LOGGED_IN session, MapDegraded for a multipath map with fewer live
+// slaves than its target has sessions (and which session or LUN defects
+// it follows from). Only states the kernel shows are defects: the healthy
+// lab capture yields none (TestInspect_HealthyCaptureHasNoDefect).
+// `pathmend diagnose` reports them; the loop counts SessionDown in the
+// defects metric.
 //
 // # What it writes and runs
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // fixtureDir is where the lab's captures live.
@@ -20,7 +21,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func capture(t testing.TB, name string) sysfs.FS {
 	t.Helper()
 	dir := t.TempDir()
-	if err := sysfs.Materialize(filepath.Join(fixtureDir, name+".sysfs"), dir, t0); err != nil {
+	if err := sysfstest.Materialize(filepath.Join(fixtureDir, name+".sysfs"), dir, t0); err != nil {
 		t.Fatal(err)
 	}
 	return sysfs.New(dir)

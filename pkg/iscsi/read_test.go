@@ -12,6 +12,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // The healthy capture: CHAP target, LUNs 0 and 1 behind two portals, one
@@ -205,7 +206,7 @@ func TestRead_BadValuesAreErrors(t *testing.T) {
 // Optional attributes: no wwid falls back to vpd_pg83 (the real page of a
 // LIO LUN), no target_id is -1, a LUN without a disk has no Disk.
 func TestRead_OptionalAttributesAndUnboundDisk(t *testing.T) {
-	fx, err := sysfs.LoadFixture(filepath.Join(fixtureDir, "iscsi-session-failed.sysfs"))
+	fx, err := sysfstest.LoadFixture(filepath.Join(fixtureDir, "iscsi-session-failed.sysfs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func TestRead_VanishedVersusBrokenSession(t *testing.T) {
 // target_id -1; the read keeps the session with the id unknown.
 func TestRead_TargetIDMinusOneMidLogout(t *testing.T) {
 	dir := t.TempDir()
-	if err := sysfs.Materialize("../../testdata/fixtures/iscsi-healthy.sysfs", dir, time.Now()); err != nil {
+	if err := sysfstest.Materialize("../../testdata/fixtures/iscsi-healthy.sysfs", dir, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "devices/platform/host0/session1/iscsi_session/session1/target_id")

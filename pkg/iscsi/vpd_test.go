@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // The kernel's wwid and ParseVPD83 of the same device agree on every LUN
@@ -13,12 +13,12 @@ import (
 func TestParseVPD83_AgreesWithTheKernelsWWIDOnEveryCapturedLUN(t *testing.T) {
 	n := 0
 	for _, name := range []string{"iscsi-healthy", "iscsi-session-failed", "iscsi-session-free", "iscsi-session-stuck"} {
-		fx, err := sysfs.LoadFixture(filepath.Join(fixtureDir, name+".sysfs"))
+		fx, err := sysfstest.LoadFixture(filepath.Join(fixtureDir, name+".sysfs"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range fx.Entries {
-			if e.Kind != sysfs.KindFile || !strings.HasSuffix(e.Path, "/vpd_pg83") {
+			if e.Kind != sysfstest.KindFile || !strings.HasSuffix(e.Path, "/vpd_pg83") {
 				continue
 			}
 			wwid, ok := fx.Lookup(strings.TrimSuffix(e.Path, "vpd_pg83") + "wwid")
@@ -82,7 +82,7 @@ func TestParseVPD83_Preferences(t *testing.T) {
 // ParseVPD83 reads binary from the kernel: it never panics, and what it
 // accepts has one of the wwid forms.
 func FuzzParseVPD83(f *testing.F) {
-	fx, err := sysfs.LoadFixture(filepath.Join(fixtureDir, "iscsi-session-failed.sysfs"))
+	fx, err := sysfstest.LoadFixture(filepath.Join(fixtureDir, "iscsi-session-failed.sysfs"))
 	if err != nil {
 		f.Fatal(err)
 	}

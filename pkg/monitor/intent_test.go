@@ -14,7 +14,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
-	"github.com/pathmend/pathmend/pkg/nvme"
+	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -74,7 +74,7 @@ func reconcileRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := nvme.NewAttacher(nvme.AttacherConfig{SysFS: r.k.FS(), DevRoot: "/dev", Connector: r.k, Host: r.m.deps.Host, Policy: policy})
+	att, err := nvmeattach.NewAttacher(nvmeattach.AttacherConfig{SysFS: r.k.FS(), DevRoot: "/dev", Connector: r.k, Host: r.m.deps.Host, Policy: policy})
 	if err != nil {
 		t.Fatal(err)
 	}

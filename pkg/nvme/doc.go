@@ -1,12 +1,20 @@
-// Package nvme is pathmend's read-only view of the host's NVMe state and
-// the diagnosis of NVMe-oF/TCP paths built on it.
+// Package nvme is pathmend's model of the host's NVMe state, the
+// diagnosis of NVMe-oF/TCP paths built on it, and the mechanism that acts
+// on those paths when policy says so.
 //
-// It owns the read model (Host, Subsystem, Controller, Namespace, Path),
-// its reader Read, and Inspect, which turns one Host plus the staged
-// volumes' Expectations into heal.Defect values. It does not decide on
-// repairs (package heal), tear anything down or connect (package
-// nvme/fabrics), and it never starts a process: the read path imports
-// neither os/exec nor an exec seam, which a test enforces.
+// It owns the read model (Host, Subsystem, Controller, Namespace, Path)
+// and its readers (Read, Reader, Index), Inspect, which turns one Host
+// plus the staged volumes' Expectations into heal.Defect values, and the
+// per-volume answers built on them (Locate, ReportPaths, ConditionOf,
+// CurrentDevices). It is not read-only: the Repairer deletes and rescans
+// controllers (delete_controller, rescan_controller through a Detacher
+// and Rescanner), ApplyTunes writes controller timeouts and a head's
+// delayed_removal_secs, and ConnectOptions builds what pkg/nvme/fabrics
+// writes to /dev/nvme-fabrics; every write goes through the one rooted
+// sysfs.FS (or the fabrics connector), so a test sees exactly what was
+// written. It does not decide on repairs (package heal) and never starts
+// a process: the package imports neither os/exec nor an exec seam, which
+// a test enforces. The CSI attacher is package nvme/attach.
 //
 // # Sysfs layout read (Linux 6.1, the kernel of the lab fixtures)
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -117,7 +118,7 @@ func TestFixtures_Golden(t *testing.T) {
 func materializeFile(t *testing.T, path string) sysfs.FS {
 	t.Helper()
 	dir := t.TempDir()
-	if err := sysfs.Materialize(path, dir, testNow); err != nil {
+	if err := sysfstest.Materialize(path, dir, testNow); err != nil {
 		t.Fatal(err)
 	}
 	return sysfs.New(dir)

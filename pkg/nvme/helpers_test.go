@@ -9,6 +9,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // testNow is the write time of every generated or materialized tree, so
@@ -17,7 +18,7 @@ var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // materialize writes f into a fresh temporary directory and returns an FS
 // rooted there.
-func materialize(t testing.TB, f *sysfs.Fixture) sysfs.FS {
+func materialize(t testing.TB, f *sysfstest.Fixture) sysfs.FS {
 	t.Helper()
 	dir := t.TempDir()
 	if err := f.Materialize(dir, testNow); err != nil {
@@ -42,8 +43,8 @@ func mustRead(t testing.TB, fsys sysfs.FS) *Host {
 }
 
 // without drops the entries at each path and everything below them.
-func without(f *sysfs.Fixture, paths ...string) *sysfs.Fixture {
-	out := &sysfs.Fixture{Comments: f.Comments}
+func without(f *sysfstest.Fixture, paths ...string) *sysfstest.Fixture {
+	out := &sysfstest.Fixture{Comments: f.Comments}
 	for _, e := range f.Entries {
 		if !slices.ContainsFunc(paths, func(p string) bool { return e.Path == p || strings.HasPrefix(e.Path, p+"/") }) {
 			out.Entries = append(out.Entries, e)
@@ -54,9 +55,9 @@ func without(f *sysfs.Fixture, paths ...string) *sysfs.Fixture {
 
 // withValue returns f with the file at path holding value (plus the
 // kernel's newline), adding the file when it is missing.
-func withValue(f *sysfs.Fixture, path, value string) *sysfs.Fixture {
+func withValue(f *sysfstest.Fixture, path, value string) *sysfstest.Fixture {
 	out := without(f, path)
-	out.Entries = append(out.Entries, sysfs.Entry{Kind: sysfs.KindFile, Path: path, Mode: 0o444, Value: value + "\n"})
+	out.Entries = append(out.Entries, sysfstest.Entry{Kind: sysfstest.KindFile, Path: path, Mode: 0o444, Value: value + "\n"})
 	out.Sort()
 	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -199,7 +200,7 @@ func TestRead_ObjectsVanishingMidReadAreSkipped(t *testing.T) {
 	// dangling entry), and its legs left behind.
 	head := subsysDev(2) + "/nvme2n2"
 	dangling := without(f, head)
-	dangling.Entries = append(dangling.Entries, sysfs.Entry{Kind: sysfs.KindLink, Path: head, Target: "gone"})
+	dangling.Entries = append(dangling.Entries, sysfstest.Entry{Kind: sysfstest.KindLink, Path: head, Target: "gone"})
 	h = mustRead(t, materialize(t, dangling))
 	wantSkip = []Skip{
 		{Path: "class/nvme-subsystem/nvme-subsys2/nvme2n2", Subsystem: "nvme-subsys2", Reason: "vanished during the read"},

@@ -1,4 +1,4 @@
-package sysfs
+package sysfs_test
 
 import (
 	"errors"
@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
-const dirFixture = FixtureMagic + `
+const dirFixture = sysfstest.FixtureMagic + `
 dir devices/virtual/nvme-fabrics/ctl/nvme0 1s
 file devices/virtual/nvme-fabrics/ctl/nvme0/state 0444 "live\n"
 file devices/virtual/nvme-fabrics/ctl/nvme0/model 0444 "pathmend-lab                            \n"
@@ -25,10 +28,10 @@ link class/nvme/nvme0 ../../devices/virtual/nvme-fabrics/ctl/nvme0
 func TestDir_ListsReadsAndStatsRelativeToTheOpenDirectory(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if err := mustParse(t, dirFixture).Materialize(dir, now); err != nil {
+	if err := mustParseFixture(t, dirFixture).Materialize(dir, now); err != nil {
 		t.Fatal(err)
 	}
-	r := NewAttrReader(New(dir))
+	r := sysfs.NewAttrReader(sysfs.New(dir))
 	root := r.OpenRoot()
 	defer root.Close()
 	d, err := root.OpenDir("class/nvme/nvme0")
@@ -60,7 +63,7 @@ func TestDir_ListsReadsAndStatsRelativeToTheOpenDirectory(t *testing.T) {
 		}
 	}
 	_, err = d.ReadAttr("absent")
-	if !IsNotExist(err) || !strings.Contains(err.Error(), "read class/nvme/nvme0/absent:") {
+	if !sysfs.IsNotExist(err) || !strings.Contains(err.Error(), "read class/nvme/nvme0/absent:") {
 		t.Errorf("missing attribute: %v", err)
 	}
 	if _, ok, err := d.ReadOptionalAttr("absent"); ok || err != nil {
@@ -70,16 +73,16 @@ func TestDir_ListsReadsAndStatsRelativeToTheOpenDirectory(t *testing.T) {
 	if err != nil || !leg.ModTime().Equal(now.Add(-2*time.Second)) {
 		t.Errorf("Stat(leg) = %+v, %v", leg, err)
 	}
-	if _, err := d.Stat("nvme0c0n9"); !IsNotExist(err) {
+	if _, err := d.Stat("nvme0c0n9"); !sysfs.IsNotExist(err) {
 		t.Errorf("Stat of a missing entry: %v", err)
 	}
-	if _, err := root.OpenDir("class/nvme/nvme7"); !IsNotExist(err) || !strings.Contains(err.Error(), "list class/nvme/nvme7:") {
+	if _, err := root.OpenDir("class/nvme/nvme7"); !sysfs.IsNotExist(err) || !strings.Contains(err.Error(), "list class/nvme/nvme7:") {
 		t.Errorf("OpenDir of a missing directory: %v", err)
 	}
 	if id, err := r.FS().Identity("class/nvme/nvme0"); err != nil || id != d.Identity() {
 		t.Errorf("FS.Identity = %+v, %v; the open directory has %+v", id, err, d.Identity())
 	}
-	if c := r.Counts(); c != (Counts{Reads: 5, Lists: 1, Stats: 2}) {
+	if c := r.Counts(); c != (sysfs.Counts{Reads: 5, Lists: 1, Stats: 2}) {
 		t.Errorf("Counts = %+v", c)
 	}
 
@@ -100,7 +103,7 @@ func TestDir_ListsReadsAndStatsRelativeToTheOpenDirectory(t *testing.T) {
 }
 
 func TestDir_RootThatCannotBeOpenedResolvesPaths(t *testing.T) {
-	r := NewAttrReader(New(filepath.Join(t.TempDir(), "absent")))
+	r := sysfs.NewAttrReader(sysfs.New(filepath.Join(t.TempDir(), "absent")))
 	root := r.OpenRoot()
 	defer root.Close()
 	if _, err := root.OpenDir("class/nvme"); !errors.Is(err, fs.ErrNotExist) {
@@ -120,7 +123,7 @@ func TestDir_NamesOfALargeDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d, err := NewAttrReader(New(dir)).OpenDir(".")
+	d, err := sysfs.NewAttrReader(sysfs.New(dir)).OpenDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +132,7 @@ func TestDir_NamesOfALargeDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsNames, _ := New(dir).ReadDir(".")
+	fsNames, _ := sysfs.New(dir).ReadDir(".")
 	if d := cmp.Diff(fsNames, got); d != "" || len(got) != len(want) {
 		t.Errorf("Names differs from FS.ReadDir (-ReadDir +Names):\n%s", d)
 	}
@@ -137,4 +140,13 @@ func TestDir_NamesOfALargeDirectory(t *testing.T) {
 
 func itoa3(i int) string {
 	return string([]byte{byte('0' + i/100), byte('0' + i/10%10), byte('0' + i%10)})
+}
+
+func mustParseFixture(t *testing.T, s string) *sysfstest.Fixture {
+	t.Helper()
+	f, err := sysfstest.ParseFixture(strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

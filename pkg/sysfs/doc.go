@@ -1,6 +1,7 @@
 // Package sysfs reads the kernel's state from a sysfs tree rooted at a
-// path, and holds the fixture format pathmend's tests load real captures
-// with.
+// path. The fixture format pathmend's tests load real captures with, and
+// the tooling that lays fixtures out and changes them as the kernel does,
+// are in package sysfstest: nothing of them is in the production binary.
 //
 // FS is the one rooted reader every transport uses: "/sys" on a node, a
 // materialized fixture in tests. Paths are relative to the root
@@ -22,19 +23,6 @@
 // was written. Those writes can block for as long as the kernel object is
 // wedged; BoundedWriter runs them with a deadline (ErrWriteTimedOut) and
 // never lets a second write to the same attribute join a blocked one.
-//
-// The fixture format (fixture.go) is text: one entry per line — dir (with
-// its age: capture time minus mtime, because pathmend takes a controller
-// directory's mtime as its creation time), file (value), wo (write-only
-// attribute), err (unreadable attribute, e.g. ENOTCONN) and link (symlink
-// text). Materialize recreates a fixture below a directory with modes,
-// links and mtimes (now minus age). Fixtures are captured from real
-// kernels by hack/capture-sysfs; none is written by hand. Sync (and Tree,
-// which holds a materialized fixture) changes a materialized tree into
-// another fixture the way the kernel changes sysfs: attributes rewritten
-// in place, a re-created object built anew with new inode numbers,
-// directory times left alone; Replace swaps a whole tree, as a reboot
-// would. They are for tests of readers that remember.
 //
 // The package holds no policy and starts no process.
 package sysfs

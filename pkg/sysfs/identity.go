@@ -31,7 +31,7 @@ import (
 //
 // On the filesystems tests materialize trees on (ext4, tmpfs) an inode
 // number freed by a removal can be handed to the next directory created,
-// which is why sysfs.Sync builds a re-created object's directory before
+// which is why sysfstest.Sync builds a re-created object's directory before
 // it removes the old one, and checks the inode changed.
 type Identity struct {
 	Dev, Ino uint64

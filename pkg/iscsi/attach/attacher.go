@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -104,7 +103,7 @@ type AttacherConfig struct {
 // Attacher attaches iSCSI volumes: it logs in to every portal of the
 // volume, finds the LUN's disks and the dm-multipath map over them, and
 // verifies them before handing the device out. It implements
-// driver.Attacher. It keeps no state: co-tenants come with each call from
+// the driver's Attacher (pkg/driver), through pkg/volume types only. It keeps no state: co-tenants come with each call from
 // the node's intent owner, whose target lease serializes Attach, Undo and
 // Detach of one target (the callers hold it).
 type Attacher struct {
@@ -113,8 +112,6 @@ type Attacher struct {
 	// tests that cannot create device nodes replace it.
 	checkNode func(path, devt string) error
 }
-
-var _ driver.Attacher = (*Attacher)(nil)
 
 // NewAttacher validates cfg and returns an Attacher. Nothing is read or run.
 func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
@@ -213,7 +210,7 @@ func portalList(nodes []iscsi.Node) string {
 }
 
 // attachment returns att with c as what was created, nil when nothing was.
-func (c *created) attachment(att driver.Attachment) driver.Attachment {
+func (c *created) attachment(att volume.Attachment) volume.Attachment {
 	if len(c.nodes) > 0 || len(c.fresh) > 0 {
 		att.Created = c
 	}
@@ -229,8 +226,8 @@ func (c *created) attachment(att driver.Attachment) driver.Attachment {
 // attachment names the node records this call created and the portals
 // that had no session before it, also when it fails: Undo removes them
 // (sparing what co-tenants use).
-func (a *Attacher) Attach(ctx context.Context, req driver.AttachRequest) (driver.Attachment, error) {
-	att := driver.Attachment{VolumeID: req.VolumeID, Context: req.Context}
+func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume.Attachment, error) {
+	att := volume.Attachment{VolumeID: req.VolumeID, Context: req.Context}
 	v, err := iscsiContext(req.Context)
 	if err != nil {
 		return att, err

@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -49,11 +48,11 @@ func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 	rt := 30
 	vc := iscsiVolume(0, "127.0.0.1", "127.0.0.2")
 	vc.ISCSI.ReplacementTimeout = &rt
-	dev, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
+	dev, err := attachDev(a, volume.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 254, Minor: 0}}); dev != want {
+	if want := (volume.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 254, Minor: 0}}); dev != want {
 		t.Errorf("device %+v, want %+v", dev, want)
 	}
 	wantSettings := map[string]string{
@@ -74,7 +73,7 @@ func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 		}
 	}
 	// Attach is idempotent: logins answer "already present".
-	again, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
+	again, err := attachDev(a, volume.AttachRequest{VolumeID: "pv-1", Context: vc, Secrets: chap})
 	if err != nil || again != dev {
 		t.Fatalf("second attach: %+v, %v", again, err)
 	}
@@ -88,7 +87,7 @@ func TestAttach_TwoPortalsGiveTheMultipathMap(t *testing.T) {
 func TestAttach_SinglePathMappedByMultipathdGivesTheMap(t *testing.T) {
 	h := newFakeHost(t)
 	h.MapSingle = true
-	dev, err := attachDev(h.attacher(nil), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
+	dev, err := attachDev(h.attacher(nil), volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "dm-0") {
 		t.Fatalf("%+v, %v", dev, err)
 	}
@@ -101,17 +100,17 @@ func TestAttach_WithoutAMapUsesOneDisk(t *testing.T) {
 	h := newFakeHost(t)
 	h.Multipathd = false
 	a := h.attacher(nil)
-	dev, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
+	dev, err := attachDev(a, volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("one portal: %+v, %v", dev, err)
 	}
-	dev, err = attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
+	dev, err = attachDev(a, volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("two portals, no map: %+v, %v", dev, err)
 	}
 	noWait := h.attacher(func(c *AttacherConfig) { c.NoMultipathd = true; c.MultipathWait = time.Hour })
 	start := time.Now()
-	if dev, err := attachDev(noWait, driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")}); err != nil || dev.Path != filepath.Join(h.dev, "sda") {
+	if dev, err := attachDev(noWait, volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1")}); err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("NoMultipathd: %+v, %v", dev, err)
 	}
 	if time.Since(start) > time.Minute {
@@ -125,7 +124,7 @@ func TestAttach_OnePortalFailingStillAttaches(t *testing.T) {
 	h := newFakeHost(t)
 	h.LoginCode["127.0.0.2:3260"] = int(iscsi.ExitTransportTimeout)
 	a := h.attacher(nil)
-	dev, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
+	dev, err := attachDev(a, volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
 	if err != nil || dev.Path != filepath.Join(h.dev, "sda") {
 		t.Fatalf("%+v, %v", dev, err)
 	}
@@ -181,7 +180,7 @@ func TestAttach_FailureRollsBack(t *testing.T) {
 			h := newFakeHost(t)
 			tc.setup(h)
 			a := h.attacher(nil)
-			att, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2"), Secrets: chap})
+			att, err := a.Attach(context.Background(), volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2"), Secrets: chap})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
@@ -224,11 +223,11 @@ func TestAttach_WithoutAWWIDVerifiesBySizeOnly(t *testing.T) {
 			if tc.noWWID {
 				h.WWID = func(string, int) string { return "" }
 			}
-			dev, err := attachDev(h.attacher(nil), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, tc.portals...)})
+			dev, err := attachDev(h.attacher(nil), volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, tc.portals...)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (driver.Device{Path: filepath.Join(h.dev, tc.want), SizeBytes: 64 << 20, Number: tc.number}); dev != want {
+			if want := (volume.Device{Path: filepath.Join(h.dev, tc.want), SizeBytes: 64 << 20, Number: tc.number}); dev != want {
 				t.Errorf("device %+v, want %+v", dev, want)
 			}
 			klog.Flush()
@@ -248,7 +247,7 @@ func TestAttach_ScansExactlyTheMissingLUN(t *testing.T) {
 	h.NoDisk = true
 	h.LUNs = []int{}
 	a := h.attacher(func(c *AttacherConfig) { c.DeviceTimeout = scanAfter + 300*time.Millisecond })
-	_, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(7, "127.0.0.1")})
+	_, err := a.Attach(context.Background(), volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(7, "127.0.0.1")})
 	if err == nil {
 		t.Fatal("attach without a disk succeeded")
 	}
@@ -262,7 +261,7 @@ func TestAttach_ScansExactlyTheMissingLUN(t *testing.T) {
 func TestAttach_SendTargetsDiscovery(t *testing.T) {
 	h := newFakeHost(t)
 	a := h.attacher(func(c *AttacherConfig) { c.Discovery = DiscoverySendTargets })
-	if _, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")}); err != nil {
+	if _, err := a.Attach(context.Background(), volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")}); err != nil {
 		t.Fatal(err)
 	}
 	discovered := 0
@@ -280,7 +279,7 @@ func TestAttach_SendTargetsDiscovery(t *testing.T) {
 	h2 := newFakeHost(t)
 	h2.Portals = []string{"127.0.0.1:3260"}
 	_, err := h2.attacher(func(c *AttacherConfig) { c.Discovery = DiscoverySendTargets }).
-		Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
+		Attach(context.Background(), volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(0, "127.0.0.1", "127.0.0.2")})
 	if err == nil || !strings.Contains(err.Error(), "did not report portal 127.0.0.2:3260") {
 		t.Fatalf("unreported portal: %v", err)
 	}

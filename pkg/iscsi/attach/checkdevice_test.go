@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -21,11 +20,11 @@ func attachedRecord(t *testing.T, h *fakeHost, a *Attacher) volume.Record {
 	t.Helper()
 	h.Multipathd = false
 	vc := iscsiVolume(0, "127.0.0.1", "127.0.0.2")
-	dev, err := attachDev(a, driver.AttachRequest{VolumeID: "pv-1", Context: vc})
+	dev, err := attachDev(a, volume.AttachRequest{VolumeID: "pv-1", Context: vc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (driver.Device{Path: filepath.Join(h.dev, "sda"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 8}}); dev != want {
+	if want := (volume.Device{Path: filepath.Join(h.dev, "sda"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 8}}); dev != want {
 		t.Fatalf("attached %+v, want %+v", dev, want)
 	}
 	rec := record("pv-1", vc, dev.Path)
@@ -46,7 +45,7 @@ func TestCheckDevice_MapAssembledAfterTheFallbackIsUsed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no map yet: %v", err)
 	}
-	if want := (driver.Device{Path: rec.Device, SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 8}}); dev != want {
+	if want := (volume.Device{Path: rec.Device, SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 8}}); dev != want {
 		t.Errorf("no map yet: %+v, want the disk %+v", dev, want)
 	}
 
@@ -55,7 +54,7 @@ func TestCheckDevice_MapAssembledAfterTheFallbackIsUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(driver.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 254}}, dev); diff != "" {
+	if diff := cmp.Diff(volume.Device{Path: filepath.Join(h.dev, "dm-0"), SizeBytes: 64 << 20, Number: volume.DeviceNumber{Major: 254}}, dev); diff != "" {
 		t.Errorf("after the map (-want +got):\n%s", diff)
 	}
 	// The map's own record is left as it is.

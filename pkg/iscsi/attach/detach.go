@@ -7,7 +7,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -199,7 +198,7 @@ func sameLUNStaged(others []volume.Record, v *volume.ISCSI) bool {
 // caller's cancellation; every command keeps its own timeout. It returns
 // an error when something it should remove stays: co.Err forbids any
 // teardown, or a command failed.
-func (a *Attacher) Undo(ctx context.Context, att driver.Attachment, co volume.CoTenants) error {
+func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.CoTenants) error {
 	c, _ := att.Created.(*created)
 	if c == nil {
 		return nil

@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -19,7 +18,7 @@ import (
 // it as the driver would.
 func stage(t *testing.T, a *Attacher, recs *records, id string, vc volume.Context) volume.Record {
 	t.Helper()
-	att, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: id, Context: vc, CoTenants: recs.co(id)})
+	att, err := a.Attach(context.Background(), volume.AttachRequest{VolumeID: id, Context: vc, CoTenants: recs.co(id)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +98,7 @@ func TestDetach_AttachingVolumeIsACoTenant(t *testing.T) {
 	pv1 := record("pv-1", iscsiVolume(1, "127.0.0.2"), "")
 	pv1.State = volume.StateAttaching
 	recs.add(pv1)
-	if _, err := a.Attach(context.Background(), driver.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(1, "127.0.0.2"), CoTenants: recs.co("pv-1")}); err != nil {
+	if _, err := a.Attach(context.Background(), volume.AttachRequest{VolumeID: "pv-1", Context: iscsiVolume(1, "127.0.0.2"), CoTenants: recs.co("pv-1")}); err != nil {
 		t.Fatal(err)
 	}
 	unstage(t, a, recs, pv0)

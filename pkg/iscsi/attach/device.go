@@ -14,7 +14,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -32,14 +31,14 @@ func (p lunPath) String() string {
 // findDevice waits for the LUN's disk on every logged-in session, verifies
 // that the disks are one LUN, and returns the multipath map over them or,
 // without one, a single disk.
-func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []iscsi.Node) (driver.Device, error) {
+func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []iscsi.Node) (volume.Device, error) {
 	paths, err := a.waitDisks(ctx, v, loggedIn)
 	if err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	wwid, size, err := verifyPaths(v, paths)
 	if err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	if wwid == "" {
 		klog.FromContext(ctx).Info("Cannot verify the LUN's WWID; verifying the device by size only", "iqn", v.IQN, "lun", v.LUN, "paths", describe(paths),
@@ -47,7 +46,7 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 	}
 	m, found, err := a.waitMap(ctx, v, wwid, paths)
 	if err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	// Without a map the first portal's disk is the device, and the volume
 	// works on one path; Health reports the portals as they are. Nothing
@@ -59,30 +58,30 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 		// A map of another size is not a map over these disks as they
 		// are (an earlier LUN's, or one not resized after the LUN was).
 		if m.SizeBytes != size {
-			return driver.Device{}, fmt.Errorf("multipath map %s (%s) of %s LUN %d has %d bytes, its path %s has %d", m.Device, m.Name, v.IQN, v.LUN, m.SizeBytes, paths[0].lun.Disk, size)
+			return volume.Device{}, fmt.Errorf("multipath map %s (%s) of %s LUN %d has %d bytes, its path %s has %d", m.Device, m.Name, v.IQN, v.LUN, m.SizeBytes, paths[0].lun.Disk, size)
 		}
 		name, size = m.Device, m.SizeBytes
 	} else if len(paths) > 1 {
 		klog.FromContext(ctx).Info("No multipath map over the paths of the LUN; using one path", "iqn", v.IQN, "lun", v.LUN, "paths", describe(paths), "device", name)
 	}
 	if size <= 0 {
-		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d has size 0", name, v.IQN, v.LUN)
+		return volume.Device{}, fmt.Errorf("device %s of %s LUN %d has size 0", name, v.IQN, v.LUN)
 	}
 	// The node in /dev must be the device sysfs describes: a stale node
 	// left by an earlier device of the same name would pass a name check.
 	devt, err := a.cfg.Sys.ReadAttr("block/" + name + "/dev")
 	if err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	path := filepath.Join(a.cfg.DevRoot, name)
 	if err := a.checkNode(path, devt); err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	num, err := volume.ParseDeviceNumber(devt)
 	if err != nil {
-		return driver.Device{}, fmt.Errorf("block/%s/dev: %w", name, err)
+		return volume.Device{}, fmt.Errorf("block/%s/dev: %w", name, err)
 	}
-	return driver.Device{Path: path, SizeBytes: size, Number: num}, nil
+	return volume.Device{Path: path, SizeBytes: size, Number: num}, nil
 }
 
 // CheckDevice re-reads sysfs for the device Attach returned (rec.Device,
@@ -96,67 +95,67 @@ func (a *Attacher) findDevice(ctx context.Context, v *volume.ISCSI, loggedIn []i
 // volume.ErrUnavailable: mounting a disk a map holds fails (EBUSY) or,
 // with raw block, writes around the map, so the stage fails and the CO
 // retries it.
-func (a *Attacher) CheckDevice(ctx context.Context, rec volume.Record) (driver.Device, error) {
+func (a *Attacher) CheckDevice(ctx context.Context, rec volume.Record) (volume.Device, error) {
 	v, err := iscsiContext(rec.Context)
 	if err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	name := filepath.Base(rec.Device)
 	if rec.Device != filepath.Join(a.cfg.DevRoot, name) {
-		return driver.Device{}, fmt.Errorf("device %s of volume %s is not in %s", rec.Device, rec.VolumeID, a.cfg.DevRoot)
+		return volume.Device{}, fmt.Errorf("device %s of volume %s is not in %s", rec.Device, rec.VolumeID, a.cfg.DevRoot)
 	}
 	devText, err := a.cfg.Sys.ReadAttr("block/" + name + "/dev")
 	if err != nil {
-		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d: %w: %w", rec.Device, v.IQN, v.LUN, volume.ErrUnavailable, err)
+		return volume.Device{}, fmt.Errorf("device %s of %s LUN %d: %w: %w", rec.Device, v.IQN, v.LUN, volume.ErrUnavailable, err)
 	}
 	devt, err := volume.ParseDeviceNumber(devText)
 	if err != nil {
-		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d: %w", rec.Device, v.IQN, v.LUN, err)
+		return volume.Device{}, fmt.Errorf("device %s of %s LUN %d: %w", rec.Device, v.IQN, v.LUN, err)
 	}
 	if !rec.DevNum.IsZero() && devt != rec.DevNum {
-		return driver.Device{}, fmt.Errorf("device %s of %s LUN %d is now device %s, not %s: %w", rec.Device, v.IQN, v.LUN, devt, rec.DevNum, volume.ErrUnavailable)
+		return volume.Device{}, fmt.Errorf("device %s of %s LUN %d is now device %s, not %s: %w", rec.Device, v.IQN, v.LUN, devt, rec.DevNum, volume.ErrUnavailable)
 	}
 	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
 	if err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	s, l, ok := snap.PathOf(name)
 	if !ok {
 		// Not a disk of a session: the multipath map Attach found (or
 		// a disk gone with its session, whose dev read failed above).
-		return driver.Device{Path: rec.Device, SizeBytes: mapSize(snap, name), Number: devt}, nil
+		return volume.Device{Path: rec.Device, SizeBytes: mapSize(snap, name), Number: devt}, nil
 	}
 	if len(l.Holders) == 0 {
-		return driver.Device{Path: rec.Device, SizeBytes: l.SizeBytes, Number: devt}, nil
+		return volume.Device{Path: rec.Device, SizeBytes: l.SizeBytes, Number: devt}, nil
 	}
 	if s.TargetName != v.IQN || l.Address.LUN != v.LUN {
-		return driver.Device{}, fmt.Errorf("device %s is LUN %d of %s, not of the volume's %s LUN %d", rec.Device, l.Address.LUN, s.TargetName, v.IQN, v.LUN)
+		return volume.Device{}, fmt.Errorf("device %s is LUN %d of %s, not of the volume's %s LUN %d", rec.Device, l.Address.LUN, s.TargetName, v.IQN, v.LUN)
 	}
 	m, found, _, err := mapOver(snap, v, l.WWID, []lunPath{{session: s, lun: l}})
 	if err != nil {
-		return driver.Device{}, fmt.Errorf("disk %s of %s LUN %d was taken by a device since it was attached: %w: %w", name, v.IQN, v.LUN, volume.ErrUnavailable, err)
+		return volume.Device{}, fmt.Errorf("disk %s of %s LUN %d was taken by a device since it was attached: %w: %w", name, v.IQN, v.LUN, volume.ErrUnavailable, err)
 	}
 	if !found || len(l.Holders) != 1 || l.Holders[0] != m.Device {
-		return driver.Device{}, fmt.Errorf("disk %s of %s LUN %d is held by %s, which is not a multipath map of the LUN; not using a disk another device holds: %w",
+		return volume.Device{}, fmt.Errorf("disk %s of %s LUN %d is held by %s, which is not a multipath map of the LUN; not using a disk another device holds: %w",
 			name, v.IQN, v.LUN, strings.Join(l.Holders, ", "), volume.ErrUnavailable)
 	}
 	if m.SizeBytes != l.SizeBytes {
-		return driver.Device{}, fmt.Errorf("multipath map %s (%s) of %s LUN %d has %d bytes, its path %s has %d: %w", m.Device, m.Name, v.IQN, v.LUN, m.SizeBytes, name, l.SizeBytes, volume.ErrUnavailable)
+		return volume.Device{}, fmt.Errorf("multipath map %s (%s) of %s LUN %d has %d bytes, its path %s has %d: %w", m.Device, m.Name, v.IQN, v.LUN, m.SizeBytes, name, l.SizeBytes, volume.ErrUnavailable)
 	}
 	mdevText, err := a.cfg.Sys.ReadAttr("block/" + m.Device + "/dev")
 	if err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	path := filepath.Join(a.cfg.DevRoot, m.Device)
 	if err := a.checkNode(path, mdevText); err != nil {
-		return driver.Device{}, err
+		return volume.Device{}, err
 	}
 	mdevt, err := volume.ParseDeviceNumber(mdevText)
 	if err != nil {
-		return driver.Device{}, fmt.Errorf("multipath map %s: %w", m.Device, err)
+		return volume.Device{}, fmt.Errorf("multipath map %s: %w", m.Device, err)
 	}
 	klog.FromContext(ctx).Info("A multipath map took the volume's disk after the attach; using the map", "volumeID", rec.VolumeID, "iqn", v.IQN, "lun", v.LUN, "disk", name, "map", m.Device, "mapName", m.Name)
-	return driver.Device{Path: path, SizeBytes: m.SizeBytes, Number: mdevt}, nil
+	return volume.Device{Path: path, SizeBytes: m.SizeBytes, Number: mdevt}, nil
 }
 
 // mapSize is the size of the multipath map name, 0 when it is not one.

@@ -1,7 +1,7 @@
-// Package attach is pathmend's iSCSI Attacher (pkg/driver's Attacher for
-// transport "iscsi"). It is a package of its own so that package iscsi,
-// which the monitor imports for the session heal, does not import
-// pkg/driver and its gRPC dependencies.
+// Package attach is pathmend's iSCSI Attacher: the driver's Attacher for
+// transport "iscsi", beside pkg/nvme/attach for "nvme-tcp". It speaks
+// pkg/volume types only and imports neither pkg/driver (nor gRPC) nor
+// the loop; main hands it to the driver.
 //
 // Attach makes sure a node record exists for every portal of the volume
 // (static -o new, or sendtargets discovery), applies the volume's settings

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
@@ -64,7 +63,7 @@ func (h *fakeHost) attacher(mod func(*AttacherConfig)) *Attacher {
 }
 
 // attachDev attaches and returns the device.
-func attachDev(a *Attacher, req driver.AttachRequest) (driver.Device, error) {
+func attachDev(a *Attacher, req volume.AttachRequest) (volume.Device, error) {
 	att, err := a.Attach(context.Background(), req)
 	return att.Device, err
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -18,19 +17,19 @@ const (
 	ReasonUnreadable         = "StateUnreadable"
 )
 
-// Health reads sysfs once and grades the volume's paths: Healthy when
+// Health reads sysfs once and grades the volume's paths: volume.Healthy when
 // every portal of the volume has a LOGGED_IN session whose LUN is
-// running, Degraded when some do, Inaccessible when none do. The message
+// running, volume.Degraded when some do, volume.Inaccessible when none do. The message
 // names each portal that is not live and why, e.g. "1 of 2 portals
 // logged in; session5 (127.0.0.2:3260) FAILED for 40s". It never repairs.
-func (a *Attacher) Health(ctx context.Context, rec volume.Record) driver.Condition {
+func (a *Attacher) Health(ctx context.Context, rec volume.Record) volume.Condition {
 	v, err := iscsiContext(rec.Context)
 	if err != nil {
-		return driver.Condition{Status: driver.Inaccessible, Reason: ReasonUnreadable, Message: err.Error()}
+		return volume.Condition{Status: volume.Inaccessible, Reason: ReasonUnreadable, Message: err.Error()}
 	}
 	snap, err := iscsi.Read(a.cfg.Sys, a.cfg.Clock.Now())
 	if err != nil {
-		return driver.Condition{Status: driver.Inaccessible, Reason: ReasonUnreadable, Message: err.Error()}
+		return volume.Condition{Status: volume.Inaccessible, Reason: ReasonUnreadable, Message: err.Error()}
 	}
 	m := iscsi.NewPortalMatcher(ctx, a.cfg.Resolver)
 	c := grade(m, snap, v, a.cfg.Clocks)
@@ -39,7 +38,7 @@ func (a *Attacher) Health(ctx context.Context, rec volume.Record) driver.Conditi
 }
 
 // grade computes the condition of volume v in snap.
-func grade(m *iscsi.PortalMatcher, snap *iscsi.Snapshot, v *volume.ISCSI, clocks SessionClocks) driver.Condition {
+func grade(m *iscsi.PortalMatcher, snap *iscsi.Snapshot, v *volume.ISCSI, clocks SessionClocks) volume.Condition {
 	live := 0
 	var problems []string
 	// A portal counts once, live when any of its sessions is a live path;
@@ -73,11 +72,11 @@ func grade(m *iscsi.PortalMatcher, snap *iscsi.Snapshot, v *volume.ISCSI, clocks
 	}
 	switch {
 	case live == len(v.Portals):
-		return driver.Condition{Status: driver.Healthy, Message: msg}
+		return volume.Condition{Status: volume.Healthy, Message: msg}
 	case live > 0:
-		return driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: msg}
+		return volume.Condition{Status: volume.Degraded, Reason: ReasonPathsBelowExpected, Message: msg}
 	}
-	return driver.Condition{Status: driver.Inaccessible, Reason: ReasonNoLivePath, Message: msg}
+	return volume.Condition{Status: volume.Inaccessible, Reason: ReasonNoLivePath, Message: msg}
 }
 
 // pathProblem says why session s is not a live path to LUN lun; "" when

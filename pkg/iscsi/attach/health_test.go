@@ -11,9 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pathmend/pathmend/internal/testneed"
-	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -29,7 +29,7 @@ func (c clocks) DownFor(id iscsi.SessionID) (time.Duration, bool) {
 func captureAttacher(t *testing.T, name string, c SessionClocks) *Attacher {
 	t.Helper()
 	dir := t.TempDir()
-	if err := sysfs.Materialize(filepath.Join("../../../testdata/fixtures", name+".sysfs"), dir, time.Now()); err != nil {
+	if err := sysfstest.Materialize(filepath.Join("../../../testdata/fixtures", name+".sysfs"), dir, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	h := newFakeHost(t)
@@ -49,25 +49,25 @@ func TestHealth_OnTheLabCaptures(t *testing.T) {
 		capture string
 		rec     volume.Record
 		clocks  SessionClocks
-		want    driver.Condition
+		want    volume.Condition
 	}{
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 1, "127.0.0.1", "127.0.0.2"), nil,
-			driver.Condition{Status: driver.Healthy, Message: "2 of 2 portals logged in",
+			volume.Condition{Status: volume.Healthy, Message: "2 of 2 portals logged in",
 				Devices: []volume.BlockDevice{{Name: "dm-1", Number: volume.DeviceNumber{Major: 254, Minor: 1}}, {Name: "sdb", Number: volume.DeviceNumber{Major: 8, Minor: 16}}, {Name: "sdd", Number: volume.DeviceNumber{Major: 8, Minor: 48}}}}},
 		{"iscsi-session-failed", vol("iqn.2024-01.io.pathmend.lab:failing", 0, "127.0.0.1", "127.0.0.2"), clocks{2: 40 * time.Second},
-			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.2:3260) FAILED for 40s",
+			volume.Condition{Status: volume.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.2:3260) FAILED for 40s",
 				Devices: []volume.BlockDevice{{Name: "sda", Number: volume.DeviceNumber{Major: 8, Minor: 0}}, {Name: "sdb", Number: volume.DeviceNumber{Major: 8, Minor: 16}}}}},
 		{"iscsi-session-free", vol("iqn.2024-01.io.pathmend.lab:lost", 0, "127.0.0.2"), nil,
-			driver.Condition{Status: driver.Inaccessible, Reason: ReasonNoLivePath, Message: "0 of 1 portals logged in; session2 (127.0.0.2:3260) FREE",
+			volume.Condition{Status: volume.Inaccessible, Reason: ReasonNoLivePath, Message: "0 of 1 portals logged in; session2 (127.0.0.2:3260) FREE",
 				Devices: []volume.BlockDevice{{Name: "sdb", Number: volume.DeviceNumber{Major: 8, Minor: 16}}}}},
 		{"iscsi-session-stuck", vol("iqn.2024-01.io.pathmend.lab:stuck", 0, "127.0.0.1", "127.0.0.3"), clocks{2: 95 * time.Second},
-			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.3:3260) FREE for 1m35s",
+			volume.Condition{Status: volume.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; session2 (127.0.0.3:3260) FREE for 1m35s",
 				Devices: []volume.BlockDevice{{Name: "dm-0", Number: volume.DeviceNumber{Major: 254, Minor: 0}}, {Name: "sda", Number: volume.DeviceNumber{Major: 8, Minor: 0}}, {Name: "sdb", Number: volume.DeviceNumber{Major: 8, Minor: 16}}}}},
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 0, "127.0.0.1", "127.0.0.3"), nil,
-			driver.Condition{Status: driver.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; no session to 127.0.0.3:3260",
+			volume.Condition{Status: volume.Degraded, Reason: ReasonPathsBelowExpected, Message: "1 of 2 portals logged in; no session to 127.0.0.3:3260",
 				Devices: []volume.BlockDevice{{Name: "dm-0", Number: volume.DeviceNumber{Major: 254, Minor: 0}}, {Name: "sda", Number: volume.DeviceNumber{Major: 8, Minor: 0}}}}},
 		{"iscsi-healthy", vol("iqn.2024-01.io.pathmend.lab:healthy", 5, "127.0.0.1"), nil,
-			driver.Condition{Status: driver.Inaccessible, Reason: ReasonNoLivePath, Message: "0 of 1 portals logged in; session1 (127.0.0.1:3260) LOGGED_IN without LUN 5"}},
+			volume.Condition{Status: volume.Inaccessible, Reason: ReasonNoLivePath, Message: "0 of 1 portals logged in; session1 (127.0.0.1:3260) LOGGED_IN without LUN 5"}},
 	} {
 		t.Run(tc.capture+"/"+tc.want.Message, func(t *testing.T) {
 			a := captureAttacher(t, tc.capture, tc.clocks)
@@ -86,10 +86,10 @@ func TestHealth_LoggedInButDeviceBlocked(t *testing.T) {
 	}
 	got := a.Health(context.Background(), vol("iqn.2024-01.io.pathmend.lab:healthy", 0, "127.0.0.1", "127.0.0.2"))
 	want := "1 of 2 portals logged in; session2 (127.0.0.2:3260) LUN 0 (sdc) blocked"
-	if got.Status != driver.Degraded || got.Message != want {
+	if got.Status != volume.Degraded || got.Message != want {
 		t.Errorf("%+v", got)
 	}
-	if c := a.Health(context.Background(), volume.Record{}); c.Status != driver.Inaccessible || c.Reason != ReasonUnreadable {
+	if c := a.Health(context.Background(), volume.Record{}); c.Status != volume.Inaccessible || c.Reason != ReasonUnreadable {
 		t.Errorf("not an iSCSI volume: %+v", c)
 	}
 }

@@ -6,23 +6,23 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // Tree is a topology materialized in a directory that a test then
-// changes the way the kernel changes sysfs (sysfs.Sync): attributes are
+// changes the way the kernel changes sysfs (sysfstest.Sync): attributes are
 // rewritten in place, sessions, LUNs and maps come and go, and a session
 // or map whose Gen changed is a new object under an old name, built anew
 // with new inode numbers.
 type Tree struct {
-	*sysfs.Tree
+	*sysfstest.Tree
 	topo Topology
 }
 
 // NewTree writes topo below dir (which must exist and be empty); ages
 // count back from now.
 func NewTree(dir string, topo Topology, now time.Time) (*Tree, error) {
-	st, err := sysfs.NewTree(dir, topo.Fixture(), now)
+	st, err := sysfstest.NewTree(dir, topo.Fixture(), now)
 	if err != nil {
 		return nil, err
 	}

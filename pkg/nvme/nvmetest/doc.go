@@ -1,6 +1,6 @@
 // Package nvmetest writes NVMe sysfs trees for tests: a Topology (which
 // subsystems, controllers, namespaces and legs exist, in which states)
-// becomes a sysfs.Fixture laid out exactly like the captures of a Linux
+// becomes a sysfstest.Fixture laid out exactly like the captures of a Linux
 // 6.1 host in pathmend's lab, and Write materializes it in a directory a
 // sysfs.FS can be rooted at.
 //

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // TestFixture_MirrorsTheRealLayout generates the topology of the lab's
@@ -13,7 +14,7 @@ import (
 // mode and link target, and for the values the topology fixes, the same
 // content: the generated tree is a subset of what Linux 6.1 publishes.
 func TestFixture_MirrorsTheRealLayout(t *testing.T) {
-	real, err := sysfs.LoadFixture("../../../testdata/fixtures/nvme-healthy.sysfs")
+	real, err := sysfstest.LoadFixture("../../../testdata/fixtures/nvme-healthy.sysfs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestFixture_MirrorsTheRealLayout(t *testing.T) {
 			t.Errorf("%s %s: not in the capture", e.Kind, e.Path)
 		case r.Kind != e.Kind || r.Mode != e.Mode || r.Target != e.Target:
 			t.Errorf("%s: generated %s %o %q, captured %s %o %q", e.Path, e.Kind, e.Mode, e.Target, r.Kind, r.Mode, r.Target)
-		case e.Kind == sysfs.KindFile && r.Value != e.Value && !hostSpecific[sysfs.Base(e.Path)] && e.Path != "devices/virtual/nvme-subsystem/nvme-subsys2/serial":
+		case e.Kind == sysfstest.KindFile && r.Value != e.Value && !hostSpecific[sysfs.Base(e.Path)] && e.Path != "devices/virtual/nvme-subsystem/nvme-subsys2/serial":
 			t.Errorf("%s: generated %q, captured %q", e.Path, e.Value, r.Value)
 		}
 	}

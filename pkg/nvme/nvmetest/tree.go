@@ -6,24 +6,24 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pathmend/pathmend/pkg/sysfs"
+	"github.com/pathmend/pathmend/pkg/sysfs/sysfstest"
 )
 
 // Tree is a topology materialized in a directory that a test then
-// changes the way the kernel changes sysfs (sysfs.Sync): attributes are
+// changes the way the kernel changes sysfs (sysfstest.Sync): attributes are
 // rewritten in place, objects come and go, and an object whose Gen
 // changed is a new kernel object under an old name, whose directories
 // are built anew with new inode numbers. It is what an incremental
 // reader must never be fooled by.
 type Tree struct {
-	*sysfs.Tree
+	*sysfstest.Tree
 	topo Topology
 }
 
 // NewTree writes topo below dir (which must exist and be empty). Ages
 // count back from now, for this write and every later Apply.
 func NewTree(dir string, topo Topology, now time.Time) (*Tree, error) {
-	st, err := sysfs.NewTree(dir, topo.Fixture(), now)
+	st, err := sysfstest.NewTree(dir, topo.Fixture(), now)
 	if err != nil {
 		return nil, err
 	}

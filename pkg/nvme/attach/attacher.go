@@ -1,4 +1,4 @@
-package nvme
+package attach
 
 import (
 	"context"
@@ -13,17 +13,11 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
-
-// Connector is what the attacher needs of pkg/nvme/fabrics.
-type Connector interface {
-	Connect(ctx context.Context, o fabrics.Options) (fabrics.Result, error)
-	Detacher
-	Rescanner
-}
 
 // ErrNoPath: not one endpoint of the volume could be connected.
 var ErrNoPath = errors.New("no path to the volume could be connected")
@@ -33,7 +27,7 @@ type AttacherConfig struct {
 	SysFS sysfs.FS
 	// DevRoot is where block device nodes live ("/dev").
 	DevRoot   string
-	Connector Connector
+	Connector nvme.Connector
 	Host      fabrics.HostIdentity
 	// Policy is the process's one heal policy.
 	Policy *heal.Policy
@@ -57,7 +51,7 @@ type Attacher struct {
 	cfg AttacherConfig
 	// reader remembers the address of every controller it has seen
 	// live, which is not read while a controller is not.
-	reader *Reader
+	reader *nvme.Reader
 }
 
 // NewAttacher validates cfg and fills in defaults.
@@ -80,46 +74,7 @@ func NewAttacher(cfg AttacherConfig) (*Attacher, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Attacher{cfg: cfg, reader: NewReader(cfg.SysFS, ScopeAll)}, nil
-}
-
-// ConnectOptions builds the fabrics options of one endpoint of a volume:
-// the volume context's tunables, and for the timeouts it leaves out
-// pathmend's defaults (TimeoutsOf); a fast_io_fail_tmo of -1 (off) is
-// the kernel's default and is not sent.
-func ConnectOptions(n *volume.NVMeTCP, ep volume.Endpoint, host fabrics.HostIdentity, s volume.Secrets) fabrics.Options {
-	t := TimeoutsOf(n)
-	o := fabrics.Options{
-		Transport: "tcp", Traddr: ep.Host, Trsvcid: fmt.Sprint(ep.Port), NQN: n.NQN,
-		HostNQN: host.NQN, HostID: host.ID, HostTraddr: n.HostTraddr, HostIface: n.HostIface,
-		CtrlLossTmo: &t.CtrlLossTmo, ReconnectDelay: &t.ReconnectDelay, FastIOFailTmo: n.FastIOFailTmo,
-		KeepAliveTmo: n.KeepAliveTmo, NrIOQueues: n.NrIOQueues,
-		DHCHAPSecret: s.DHCHAPSecret, DHCHAPCtrlSecret: s.DHCHAPCtrlSecret,
-	}
-	if o.FastIOFailTmo == nil && t.FastIOFailTmo >= 0 {
-		o.FastIOFailTmo = &t.FastIOFailTmo
-	}
-	return o
-}
-
-// OrderedEndpoints lists optimized endpoints first, then the others, each
-// group in the order the volume context gives.
-func OrderedEndpoints(n *volume.NVMeTCP) (optimized, others []volume.Endpoint) {
-	if len(n.OptimizedEndpoints) == 0 {
-		return n.Endpoints, nil
-	}
-	opt := map[volume.Endpoint]bool{}
-	for _, e := range n.OptimizedEndpoints {
-		opt[e] = true
-	}
-	for _, e := range n.Endpoints {
-		if opt[e] {
-			optimized = append(optimized, e)
-		} else {
-			others = append(others, e)
-		}
-	}
-	return optimized, others
+	return &Attacher{cfg: cfg, reader: nvme.NewReader(cfg.SysFS, nvme.ScopeAll)}, nil
 }
 
 // created is what one Attach call connected: controller names of one
@@ -152,10 +107,10 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 	if n == nil {
 		return att, errors.New("nvme attacher: volume context is not nvme-tcp")
 	}
-	if w := ShortCtrlLossTmo(n); w != "" {
+	if w := nvme.ShortCtrlLossTmo(n); w != "" {
 		klog.InfoS("Volume context sets a short ctrlLossTmo", "volumeID", req.VolumeID, "nqn", n.NQN, "reason", w)
 	}
-	exp := expectationOf(req.VolumeID, n)
+	exp := nvme.ExpectationOf(req.VolumeID, n)
 	created, err := a.connectOnce(ctx, n, req.Secrets)
 	att.Created = createdOf(n.NQN, created)
 	if err != nil {
@@ -183,7 +138,7 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 			defects[i].Blocked = err.Error()
 		}
 	}
-	repairer := &Repairer{Detacher: a.cfg.Connector, Rescanner: a.cfg.Connector, SysFS: a.cfg.SysFS, Expectations: []Expectation{exp}, Clock: a.cfg.Clock}
+	repairer := &nvme.Repairer{Detacher: a.cfg.Connector, Rescanner: a.cfg.Connector, SysFS: a.cfg.SysFS, Expectations: []nvme.Expectation{exp}, Clock: a.cfg.Clock}
 	outs := a.cfg.Policy.Heal(ctx, defects, repairer)
 	for _, o := range outs {
 		for _, p := range o.Removed {
@@ -228,7 +183,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 	}
 	var errs []error
 	for _, name := range c.ctrls {
-		ctrl, ok := h.Controller(ControllerName(name))
+		ctrl, ok := h.Controller(nvme.ControllerName(name))
 		if !ok || ctrl.SubsysNQN != c.nqn {
 			continue // gone, or the name is another subsystem's now
 		}
@@ -254,17 +209,17 @@ func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.
 	if err != nil {
 		return nil, fmt.Errorf("read nvme state: %w", err)
 	}
-	opt, others := OrderedEndpoints(n)
+	opt, others := nvme.OrderedEndpoints(n)
 	present := 0
 	var created []string
 	var errs []error
 	for _, ep := range append(opt, others...) {
-		if Covered(h, n.NQN, ep) {
+		if nvme.Covered(h, n.NQN, ep) {
 			present++
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, a.cfg.ConnectTimeout)
-		r, err := a.cfg.Connector.Connect(cctx, ConnectOptions(n, ep, a.cfg.Host, s))
+		r, err := a.cfg.Connector.Connect(cctx, nvme.ConnectOptions(n, ep, a.cfg.Host, s))
 		cancel()
 		switch {
 		case err == nil:
@@ -286,7 +241,7 @@ func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.
 
 // waitDevice polls sysfs until the volume's namespace has a device node
 // and a usable path, or AttachWait passes.
-func (a *Attacher) waitDevice(ctx context.Context, exp Expectation) (volume.Device, error) {
+func (a *Attacher) waitDevice(ctx context.Context, exp nvme.Expectation) (volume.Device, error) {
 	start := a.cfg.Clock.Now()
 	for {
 		dev, err := a.device(exp)
@@ -305,24 +260,24 @@ func (a *Attacher) waitDevice(ctx context.Context, exp Expectation) (volume.Devi
 }
 
 // device locates the namespace and verifies its block device.
-func (a *Attacher) device(exp Expectation) (volume.Device, error) {
+func (a *Attacher) device(exp nvme.Expectation) (volume.Device, error) {
 	h, err := a.reader.Read()
 	if err != nil {
 		return volume.Device{}, err
 	}
-	loc, err := Locate(h, exp)
+	loc, err := nvme.Locate(h, exp)
 	if err != nil {
 		return volume.Device{}, err
 	}
-	if loc.Device == "" || usablePaths(h, loc.Namespace) == 0 {
-		return volume.Device{}, fmt.Errorf("%w: %s has no usable path yet", ErrNamespaceNotFound, nsLabel(loc.Namespace))
+	if loc.Device == "" || nvme.UsablePaths(h, loc.Namespace) == 0 {
+		return volume.Device{}, fmt.Errorf("%w: %s has no usable path yet", nvme.ErrNamespaceNotFound, nvme.NamespaceLabel(loc.Namespace))
 	}
 	if loc.Namespace.Sectors == 0 {
 		return volume.Device{}, fmt.Errorf("namespace %s reports size 0", loc.Device)
 	}
 	// The device number identifies this device: a later head of the same
 	// name is another device. Optional: older captures lack it.
-	num, err := OptionalDeviceNumberOf(a.cfg.SysFS, loc.Device)
+	num, err := nvme.OptionalDeviceNumberOf(a.cfg.SysFS, loc.Device)
 	if err != nil {
 		return volume.Device{}, err
 	}
@@ -337,32 +292,18 @@ func (a *Attacher) device(exp Expectation) (volume.Device, error) {
 // volume or tear down a controller of its NQN. StaleEndpoint is left to the
 // monitor: endpoints other volumes no longer list are not this stage's
 // business.
-func (a *Attacher) defectsOf(exp Expectation) ([]heal.Defect, error) {
+func (a *Attacher) defectsOf(exp nvme.Expectation) ([]heal.Defect, error) {
 	h, err := a.reader.Read()
 	if err != nil {
 		return nil, err
 	}
 	var mine []heal.Defect
-	for _, d := range Inspect(h, []Expectation{exp}) {
-		if d.Kind != heal.StaleEndpoint && Concerns(h, d, exp) {
+	for _, d := range nvme.Inspect(h, []nvme.Expectation{exp}) {
+		if d.Kind != heal.StaleEndpoint && nvme.Concerns(h, d, exp) {
 			mine = append(mine, d)
 		}
 	}
 	return mine, nil
-}
-
-// Concerns reports whether defect d is about the volume of exp: it names
-// the volume, or its teardown includes a controller of the volume's NQN.
-func Concerns(h *Host, d heal.Defect, exp Expectation) bool {
-	if slices.Contains(d.Volumes, exp.VolumeID) {
-		return true
-	}
-	for _, p := range d.Teardown {
-		if c, ok := h.Controller(ControllerName(p.Name)); ok && c.SubsysNQN == exp.NQN {
-			return true
-		}
-	}
-	return false
 }
 
 // Detach disconnects the volume's controllers (those to its endpoints,
@@ -387,7 +328,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 		return err
 	}
 	for _, ep := range n.Endpoints {
-		for _, c := range ControllersTo(h, n.NQN, ep) {
+		for _, c := range nvme.ControllersTo(h, n.NQN, ep) {
 			if err := a.cfg.Connector.Disconnect(string(c.Name)); err != nil {
 				return err
 			}
@@ -399,11 +340,11 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 	// subsystem no staged volume of the node uses any more: whichever it
 	// is, no volume needs it, and left behind it would reconnect for as
 	// long as its ctrl_loss_tmo allows (for ever with pathmend's -1).
-	for _, c := range Unplaced(h, n.NQN) {
+	for _, c := range nvme.Unplaced(h, n.NQN) {
 		if err := a.cfg.Connector.Disconnect(string(c.Name)); err != nil {
 			return err
 		}
-		klog.V(2).InfoS("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "state", c.State, "endpoint", AddressNotKnown)
+		klog.V(2).InfoS("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "state", c.State, "endpoint", nvme.AddressNotKnown)
 	}
 	return nil
 }
@@ -415,7 +356,7 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 	if n == nil {
 		return 0, errors.New("nvme attacher: record is not nvme-tcp")
 	}
-	exp := expectationOf(rec.VolumeID, n)
+	exp := nvme.ExpectationOf(rec.VolumeID, n)
 	before, err := a.device(exp)
 	if err != nil {
 		return 0, err
@@ -425,8 +366,8 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 		return 0, err
 	}
 	for _, ep := range n.Endpoints {
-		for _, c := range ControllersTo(h, n.NQN, ep) {
-			if c.State == StateLive {
+		for _, c := range nvme.ControllersTo(h, n.NQN, ep) {
+			if c.State == nvme.StateLive {
 				if err := a.cfg.Connector.Rescan(string(c.Name)); err != nil {
 					klog.ErrorS(err, "Rescan failed", "controller", c.Name)
 				}
@@ -457,31 +398,10 @@ func (a *Attacher) Health(_ context.Context, rec volume.Record) volume.Condition
 	if err != nil {
 		return volume.Condition{Status: volume.Inaccessible, Reason: "SysfsUnreadable", Message: err.Error()}
 	}
-	exp := expectationOf(rec.VolumeID, n)
-	c := ConditionOf(ReportPaths(h, exp))
-	c.Devices = CurrentDevices(a.cfg.SysFS, h, exp)
+	exp := nvme.ExpectationOf(rec.VolumeID, n)
+	c := nvme.ConditionOf(nvme.ReportPaths(h, exp))
+	c.Devices = nvme.CurrentDevices(a.cfg.SysFS, h, exp)
 	return c
-}
-
-// ConditionOf turns a path report into a volume condition: healthy when
-// every expected path is live, inaccessible when none is, degraded
-// between, with a message naming each missing path.
-func ConditionOf(r PathReport) volume.Condition {
-	msg := fmt.Sprintf("%d of %d paths live", r.Live, r.Expected)
-	if len(r.Problems) > 0 {
-		msg += "; " + strings.Join(r.Problems, "; ")
-	}
-	switch {
-	case r.Live == 0:
-		return volume.Condition{Status: volume.Inaccessible, Reason: "NoLivePath", Message: msg}
-	case r.Live < r.Expected:
-		return volume.Condition{Status: volume.Degraded, Reason: "PathsBelowExpected", Message: msg}
-	}
-	return volume.Condition{Status: volume.Healthy, Message: msg}
-}
-
-func expectationOf(volumeID string, n *volume.NVMeTCP) Expectation {
-	return Expectation{VolumeID: volumeID, NQN: n.NQN, Endpoints: n.Endpoints, OptimizedEndpoints: n.OptimizedEndpoints, NSID: n.NSID, NGUID: n.NGUID, UUID: n.UUID}
 }
 
 func summarize(outs []heal.Outcome) string {

@@ -1,4 +1,4 @@
-package sysfs
+package sysfstest
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
 // Sync changes the tree below dir, which holds the fixture cur (as
@@ -343,7 +345,7 @@ func NewTree(dir string, f *Fixture, now time.Time) (*Tree, error) {
 }
 
 // FS is the tree, for a reader.
-func (t *Tree) FS() FS { return New(t.dir) }
+func (t *Tree) FS() sysfs.FS { return sysfs.New(t.dir) }
 
 // Dir is the directory the tree is materialized in.
 func (t *Tree) Dir() string { return t.dir }

@@ -1,4 +1,4 @@
-package nvme_test
+package attach_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/nvme"
+	"github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -25,7 +26,7 @@ const testNQN = "nqn.2014-08.io.pathmend.test:shared"
 type rig struct {
 	k       *nvmetest.Kernel
 	clk     *clocktesting.FakeClock
-	att     *nvme.Attacher
+	att     *attach.Attacher
 	records []volume.Record
 }
 
@@ -39,7 +40,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{k: k, clk: clk}
-	r.att, err = nvme.NewAttacher(nvme.AttacherConfig{
+	r.att, err = attach.NewAttacher(attach.AttacherConfig{
 		SysFS: k.FS(), DevRoot: "/dev", Connector: k, Policy: policy,
 		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
 		AttachWait: 300 * time.Millisecond, Poll: 10 * time.Millisecond,
@@ -195,7 +196,7 @@ func TestAttach_UnreachablePaths(t *testing.T) {
 	r2.k.SetUnreachable("127.0.0.1:4420", true)
 	r2.k.SetUnreachable("127.0.0.2:4420", true)
 	_, err := r2.attach(t, "vol-1", 1)
-	if !errors.Is(err, nvme.ErrNoPath) || !errors.Is(err, fabrics.ErrUnreachable) {
+	if !errors.Is(err, attach.ErrNoPath) || !errors.Is(err, fabrics.ErrUnreachable) {
 		t.Errorf("both paths down: %v", err)
 	}
 }
@@ -379,13 +380,13 @@ func TestDetach_DeletesTheSubsystemsControllersOfUnknownAddress(t *testing.T) {
 }
 
 // mustAttacher is a new attacher on r's kernel: a restarted pathmend.
-func mustAttacher(t *testing.T, r *rig) *nvme.Attacher {
+func mustAttacher(t *testing.T, r *rig) *attach.Attacher {
 	t.Helper()
 	policy, err := heal.NewPolicy(heal.Config{Mode: heal.ModeRepair, Now: r.clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := nvme.NewAttacher(nvme.AttacherConfig{
+	a, err := attach.NewAttacher(attach.AttacherConfig{
 		SysFS: r.k.FS(), DevRoot: "/dev", Connector: r.k, Policy: policy,
 		Host:       fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa", ID: "00000000-0000-4000-8000-0000000000aa"},
 		AttachWait: 300 * time.Millisecond, Poll: 10 * time.Millisecond,

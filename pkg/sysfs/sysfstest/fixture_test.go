@@ -1,4 +1,4 @@
-package sysfs
+package sysfstest
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
 const sampleFixture = `# pathmend sysfs fixture v1
@@ -145,7 +147,7 @@ func TestMaterialize_RestoresTreeLinksModesAndAges(t *testing.T) {
 	if err := Materialize(fx, dir, now); err != nil {
 		t.Fatal(err)
 	}
-	sys := New(dir)
+	sys := sysfs.New(dir)
 
 	// Reads go through the class symlink like on a node.
 	if v, err := sys.ReadAttr("class/nvme/nvme0/state"); err != nil || v != "live" {

@@ -1,4 +1,4 @@
-package sysfs
+package sysfstest
 
 import (
 	"os"
@@ -7,7 +7,20 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pathmend/pathmend/pkg/sysfs"
 )
+
+// dirFixture is one controller with a leg, linked from its class.
+const dirFixture = FixtureMagic + `
+dir devices/virtual/nvme-fabrics/ctl/nvme0 1s
+file devices/virtual/nvme-fabrics/ctl/nvme0/state 0444 "live\n"
+file devices/virtual/nvme-fabrics/ctl/nvme0/model 0444 "pathmend-lab                            \n"
+dir devices/virtual/nvme-fabrics/ctl/nvme0/nvme0c0n1 2s
+file devices/virtual/nvme-fabrics/ctl/nvme0/nvme0c0n1/ana_state 0444 "optimized\n"
+dir class/nvme 3s
+link class/nvme/nvme0 ../../devices/virtual/nvme-fabrics/ctl/nvme0
+`
 
 func TestSync_RewritesInPlaceAndRecreatesWithNewInodes(t *testing.T) {
 	dir := t.TempDir()
@@ -43,7 +56,7 @@ link class/nvme/nvme0 ../../devices/virtual/nvme-fabrics/ctl/nvme0
 	if err := Sync(dir, cur, next, nil, now); err != nil {
 		t.Fatal(err)
 	}
-	fsys := New(dir)
+	fsys := sysfs.New(dir)
 	if v, _ := fsys.ReadAttr("class/nvme/nvme0/state"); v != "connecting" || ino(ctrl+"/state") != stateIno {
 		t.Errorf("state = %q (inode %d, was %d): want rewritten in place", v, ino(ctrl+"/state"), stateIno)
 	}
