@@ -50,6 +50,16 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	logger := klog.FromContext(ctx)
 
 	if err := checkDir("staging_target_path", staging); err != nil {
+		// A staged volume's staging path a foreign mount hides answers
+		// for that mount.
+		if prev, gerr := d.deps.Intents.Get(volumeID); gerr == nil && prev.StagingPath == staging {
+			if v, lerr := d.layers(); lerr == nil {
+				c := stagingClaim(prev)
+				if s := c.inspect(v); s.foreign != nil {
+					return nil, foreignError(volumeID, c, s)
+				}
+			}
+		}
 		return nil, err
 	}
 	want := volume.Record{

@@ -60,6 +60,13 @@ func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileIn
 		return volume.Record{}, nil, internal(err, "read record of volume %s", volumeID)
 	}
 	recorded := path == rec.StagingPath || slices.ContainsFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == path })
+	if recorded {
+		// A layer that is not the volume's at, on or over a recorded
+		// path answers for itself, even when it hides the path.
+		if _, err := d.volumeOnTop(rec, path); err != nil {
+			return volume.Record{}, nil, err
+		}
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case !recorded && (err != nil || !isVolumeDevice(rec, fi)):

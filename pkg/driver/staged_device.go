@@ -40,8 +40,9 @@ func (d *Driver) mounts() ([]volume.Mount, error) {
 func MountsOf(infos []mount.MountInfo) []volume.Mount {
 	out := make([]volume.Mount, 0, len(infos))
 	for _, mi := range infos {
-		out = append(out, volume.Mount{Path: mi.MountPoint, Source: mi.Source,
-			Number: volume.DeviceNumber{Major: uint32(mi.Major), Minor: uint32(mi.Minor)}})
+		out = append(out, volume.Mount{Path: filepath.Clean(mi.MountPoint), Source: mi.Source,
+			Number: volume.DeviceNumber{Major: uint32(mi.Major), Minor: uint32(mi.Minor)},
+			ID:     mi.ID, Parent: mi.ParentID, Root: mi.Root, FSType: mi.FsType})
 	}
 	return out
 }
@@ -50,13 +51,28 @@ func MountsOf(infos []mount.MountInfo) []volume.Mount {
 // node.
 func rdevOf(path string) (volume.DeviceNumber, bool) { return volume.NodeNumber(path) }
 
-// stagedDevice finds the device the users of rec hold, in mounts.
-func stagedDevice(rec volume.Record, mounts []volume.Mount) (volume.StagedDevice, bool) {
+// stagedDevice finds the device the users of rec hold, in mounts: for a
+// filesystem volume, the volume's own staging mount (layers.go), not
+// whatever someone mounted on top of it or over its path.
+func (d *Driver) stagedDevice(rec volume.Record, ms []volume.Mount) (volume.StagedDevice, bool) {
+	c := stagingClaim(rec)
 	// mountinfo lists resolved paths.
-	if p, err := filepath.EvalSymlinks(rec.StagingPath); err == nil {
-		rec.StagingPath = p
+	rec.StagingPath = c.path
+	if rec.AccessType == volume.AccessMount {
+		ns, err := d.deps.MountNamespace()
+		if err != nil {
+			return volume.StagedDevice{}, false
+		}
+		v := layerView{ns: ns}
+		ours := make([]volume.Mount, 0, 2)
+		for _, m := range ms {
+			if m.Path == c.path && c.ours(v, mounts.Layer{ID: m.ID, Parent: m.Parent, Dev: m.Number, Root: m.Root, MountPoint: m.Path, FSType: m.FSType, Source: m.Source}) {
+				ours = append(ours, m)
+			}
+		}
+		ms = ours
 	}
-	return volume.FindStagedDevice(rec, mounts, rdevOf)
+	return volume.FindStagedDevice(rec, ms, rdevOf)
 }
 
 // replacedCondition returns the condition of a staged volume whose staged
@@ -64,7 +80,7 @@ func stagedDevice(rec volume.Record, mounts []volume.Mount) (volume.StagedDevice
 // says the volume has; ok is false when it is one, or when either side is
 // unknown.
 func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c volume.Condition) (volume.Condition, bool) {
-	staged, ok := stagedDevice(rec, mounts)
+	staged, ok := d.stagedDevice(rec, mounts)
 	if !ok {
 		return volume.Condition{}, false
 	}
@@ -96,7 +112,7 @@ func (d *Driver) StagedDevices(recs []volume.Record) (map[string]volume.StagedDe
 	}
 	out := make(map[string]volume.StagedDevice, len(recs))
 	for _, rec := range recs {
-		if s, ok := stagedDevice(rec, mounts); ok {
+		if s, ok := d.stagedDevice(rec, mounts); ok {
 			out[rec.VolumeID] = s
 		}
 	}
