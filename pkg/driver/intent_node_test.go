@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
 	mount "k8s.io/mount-utils"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -97,6 +98,10 @@ type node struct {
 	staging  string
 	mnt      *hookMounter
 	runner   func(func())
+	// logger, when set, is the driver's (Deps.Logger); connector, when
+	// set, connects NVMe instead of the kernel itself.
+	logger    logr.Logger
+	connector nvme.Connector
 
 	store    *volume.Store
 	owner    *intent.Owner
@@ -137,7 +142,7 @@ func (n *node) start() {
 		t.Fatal(err)
 	}
 	n.nvmeAtt, err = nvmeattach.NewAttacher(nvmeattach.AttacherConfig{
-		SysFS: n.kernel.FS(), DevRoot: "/dev", Connector: n.kernel, Host: testHost, Policy: n.policy,
+		SysFS: n.kernel.FS(), DevRoot: "/dev", Connector: n.nvmeConnector(), Host: testHost, Policy: n.policy,
 		AttachWait: 300 * time.Millisecond, Poll: 5 * time.Millisecond,
 	})
 	if err != nil {
@@ -165,11 +170,19 @@ func (n *node) start() {
 			volume.TransportNVMeTCP: n.nvmeAtt,
 			volume.TransportISCSI:   n.iscsiAtt,
 		},
-		Now: n.clk.Now,
+		Now:    n.clk.Now,
+		Logger: n.logger,
 	}, n.mnt.Table))
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+func (n *node) nvmeConnector() nvme.Connector {
+	if n.connector != nil {
+		return n.connector
+	}
+	return n.kernel
 }
 
 // restart is a kill -9 and a start: what was in memory is gone, the
