@@ -132,8 +132,16 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	fail := func(err error) error {
 		if made != nil {
 			if uerr := d.deps.UnmountLayer(*made); uerr != nil {
-				logger.Error(uerr, "Rollback: unmount the staging mount failed", "volumeID", volumeID, "stagingPath", staging, "mount", made.ID)
+				logger.Error(uerr, "Rollback: unmount the staging mount failed; keeping the attaching record", "volumeID", volumeID, "stagingPath", staging, "mount", made.ID)
+				return err
 			}
+		}
+		var unknown *mountUnknown
+		if errors.As(err, &unknown) {
+			// The device may be mounted: the record that names the mount
+			// stays, and NodeUnstage releases it.
+			logger.Error(err, "Rollback: the staging path's mounts cannot be told; keeping the record that names the mount", "volumeID", volumeID, "stagingPath", staging)
+			return err
 		}
 		if !wasStaged {
 			d.undo(ctx, att, a, hadRecord)
@@ -152,7 +160,8 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			prevRec = &prev
 		}
 		made, err = d.mountStaging(ctx, &want, prevRec, wasStaged)
-		if err != nil && made == nil && !isCoded(err, codes.FailedPrecondition) {
+		var unknown *mountUnknown
+		if err != nil && made == nil && !isCoded(err, codes.FailedPrecondition) && !errors.As(err, &unknown) {
 			// The device may have been taken between the check and the
 			// mount (a map assembled over a disk after its mkfs): the
 			// mount then fails busy, and the device that took its place
@@ -388,7 +397,7 @@ func (d *Driver) mountStaging(ctx context.Context, rec *volume.Record, prev *vol
 	after, err := d.layers()
 	if err != nil {
 		// The mount cannot be told: the pending layer names it.
-		return nil, err
+		return nil, &mountUnknown{err}
 	}
 	l, isNew, madeNow := newTop(v, after, c, rec.Device)
 	switch {
@@ -406,6 +415,17 @@ func (d *Driver) mountStaging(ctx context.Context, rec *volume.Record, prev *vol
 	klog.FromContext(ctx).V(4).Info("Mounted staging path", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "mount", l.ID)
 	return &l, nil
 }
+
+// mountUnknown is a failure after which whether the staging path holds
+// the mount the call made cannot be told (the mount table could not be
+// read): nothing is unmounted and the record stays.
+type mountUnknown struct{ err error }
+
+func (e *mountUnknown) Error() string {
+	return "after the mount, the mount table cannot be read: " + e.err.Error()
+}
+
+func (e *mountUnknown) Unwrap() error { return e.err }
 
 // stagedInPlace reports whether a recorded volume is still staged: its
 // device exists — the device the record numbers, when it numbers one: a
