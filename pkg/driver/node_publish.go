@@ -193,8 +193,16 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	pc := publicationClaim(rec, rec.Publications[idx], after)
 	l, isNew, _ := newTop(v, after, pc, "")
 	if !isNew || !pc.ours(after, l) {
-		return nil, d.undoPublish(ctx, rec, idx, v, forget, undoTarget,
-			internal(nil, "after the bind mount, the top of target path %s is not the bind of volume %s", quoteShort(target), volumeID))
+		cause := internal(nil, "after the bind mount, the top of target path %s is not the bind of volume %s", quoteShort(target), volumeID)
+		if rec.AccessType == volume.AccessMount {
+			// Someone mounted on the staging path between the check and
+			// the bind: the bind shows their filesystem.
+			sc := stagingClaim(rec)
+			if ss := sc.inspect(after); ss.foreign != nil {
+				cause = foreignError(volumeID, sc, ss)
+			}
+		}
+		return nil, d.undoPublish(ctx, rec, idx, v, forget, undoTarget, cause)
 	}
 	rec.Publications[idx].Layer = ptr(l.Record(after.ns))
 	if err := d.deps.Intents.Update(rec); err != nil {
@@ -223,7 +231,16 @@ func (d *Driver) undoPublish(ctx context.Context, rec volume.Record, idx int, be
 	if p.Layer != nil {
 		source = p.Layer.Source
 	}
-	if l, isNew, made := newTop(before, after, c, source); isNew && made {
+	l, isNew, made := newTop(before, after, c, source)
+	if isNew && !made {
+		// The bind shows what is on top of its source now, even when
+		// that is not the volume's (a mount made on the staging path
+		// between the check and the bind): it is still this call's.
+		if now, ok := pendingBind(rec, after); ok && shaped(l, *now) && l.Source == now.Source {
+			made = true
+		}
+	}
+	if isNew && made {
 		if err := d.deps.UnmountLayer(l); err != nil {
 			logger.Error(err, "Rollback: unmount the bind failed; the publication stays recorded", "volumeID", rec.VolumeID, "targetPath", p.TargetPath)
 			return cause

@@ -179,24 +179,26 @@ func (t *Table) Foreign(path, fstype, source string, beneath bool) mounts.Layer 
 	return l
 }
 
-// RemoveForeign is an operator unmounting a foreign layer (with
-// umount -l when something is stacked on it: the layers above stay, now
-// on its parent).
+// RemoveForeign is an operator unmounting a foreign layer: umount, or
+// umount -l when mounts are stacked on it or inside it, which takes
+// them along (the kernel detaches the whole subtree).
 func (t *Table) RemoveForeign(id int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i := slices.IndexFunc(t.layers, func(l mounts.Layer) bool { return l.ID == id })
-	if i < 0 {
-		return
-	}
-	gone := t.layers[i]
-	t.layers = slices.Delete(t.layers, i, i+1)
-	for j := range t.layers {
-		if t.layers[j].Parent == id {
-			t.layers[j].Parent = gone.Parent
+	gone := map[int]bool{id: true}
+	for changed := true; changed; {
+		changed = false
+		for _, l := range t.layers {
+			if !gone[l.ID] && gone[l.Parent] {
+				gone[l.ID], changed = true, true
+			}
 		}
 	}
-	delete(t.foreign, id)
+	t.layers = slices.DeleteFunc(t.layers, func(l mounts.Layer) bool { return gone[l.ID] })
+	for g := range gone {
+		delete(t.foreign, g)
+	}
+	t.log = append(t.log, fmt.Sprintf("operator unmounts %d (%d mounts)", id, len(gone)))
 }
 
 func (t *Table) snapshot() *mounts.Table {
