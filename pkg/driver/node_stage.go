@@ -220,15 +220,7 @@ func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, s
 		if wasStaged {
 			return a, err
 		}
-		if uerr := att.Undo(ctx, a, co); uerr != nil {
-			klog.FromContext(ctx).Error(uerr, "Failed attach: keeping its attaching record until what it created is removed", "volumeID", volumeID, "created", createdString(a))
-			return a, err
-		}
-		if !hadRecord {
-			if derr := lease.Delete(volumeID); derr != nil {
-				klog.FromContext(ctx).Error(derr, "Failed attach: could not remove its attaching record", "volumeID", volumeID)
-			}
-		}
+		d.undoLocked(ctx, att, a, co, lease, hadRecord)
 		return a, err
 	}
 	klog.FromContext(ctx).V(2).Info("Attached volume", "volumeID", volumeID, "transport", want.Context.Transport, "device", a.Device.Path, "sizeBytes", a.Device.SizeBytes, "created", createdString(a))
@@ -273,6 +265,12 @@ func (d *Driver) undo(ctx context.Context, att Attacher, a volume.Attachment, ha
 	d.undoLocked(ctx, att, a, co, lease, hadRecord)
 }
 
+// undoLocked undoes a's attach under the target's lease and removes the
+// attaching record when it was this call's. When the record is Inherited
+// (another volume's teardown spared paths of the target for this stage)
+// and no other record of the target is left, the target's paths no record
+// needs go too, as at NodeUnstage: otherwise two failed stages of
+// co-tenants, one after the other, would leave paths no record names.
 func (d *Driver) undoLocked(ctx context.Context, att Attacher, a volume.Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord bool) {
 	if err := att.Undo(ctx, a, co); err != nil {
 		klog.FromContext(ctx).Error(err, "Rollback: keeping the attaching record until what the stage created is removed", "volumeID", a.VolumeID, "created", createdString(a))
@@ -280,6 +278,12 @@ func (d *Driver) undoLocked(ctx context.Context, att Attacher, a volume.Attachme
 	}
 	if hadRecord {
 		return // an earlier attempt may have created more: NodeUnstage or the reconciliation finishes it
+	}
+	if cur, err := d.deps.Intents.Get(a.VolumeID); err == nil && cur.Inherited && len(co.Records) == 0 && len(co.Unreadable) == 0 {
+		if err := att.Detach(ctx, cur, co); err != nil {
+			klog.FromContext(ctx).Error(err, "Rollback: keeping the attaching record until the paths spared for it are removed", "volumeID", a.VolumeID)
+			return
+		}
 	}
 	if err := lease.Delete(a.VolumeID); err != nil {
 		klog.FromContext(ctx).Error(err, "Rollback: could not remove the attaching record", "volumeID", a.VolumeID)
