@@ -118,7 +118,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, internal(err, "read record of volume %s", volumeID)
 	}
 
-	a, err := d.attach(ctx, att, want, secrets, hadRecord, wasStaged)
+	a, sawCo, err := d.attach(ctx, att, want, secrets, hadRecord, wasStaged)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			return err
 		}
 		if !wasStaged {
-			d.undo(ctx, att, a, hadRecord)
+			d.undo(ctx, att, a, hadRecord, sawCo)
 		}
 		return err
 	}
@@ -197,31 +197,37 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 // record protects it as well), attaches with the target's co-tenants, and
 // records the device in the attaching record. A failed attach is undone
 // here; the record goes only when everything the call created went too.
-func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, secrets volume.Secrets, hadRecord, wasStaged bool) (volume.Attachment, error) {
+//
+// sawCo reports whether the target had other records when the attach
+// began: pathmend's paths of the target were there for their sake, and a
+// co-tenant's teardown may have spared some for this stage (see
+// undoLocked).
+func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, secrets volume.Secrets, hadRecord, wasStaged bool) (a volume.Attachment, sawCo bool, err error) {
 	volumeID := want.VolumeID
 	lease, err := d.deps.Intents.Lock(ctx, want.Target(), "NodeStageVolume "+volumeID)
 	if err != nil {
-		return volume.Attachment{}, err
+		return volume.Attachment{}, false, err
 	}
 	defer lease.Unlock()
 	co, err := lease.CoTenants(volumeID)
 	if err != nil {
-		return volume.Attachment{}, internal(err, "read co-tenants of volume %s", volumeID)
+		return volume.Attachment{}, false, internal(err, "read co-tenants of volume %s", volumeID)
 	}
+	sawCo = len(co.Records) > 0
 	if !wasStaged {
 		want.State = volume.StateAttaching
 		if err := lease.Put(want); err != nil {
-			return volume.Attachment{}, internal(err, "record intent to attach volume %s", volumeID)
+			return volume.Attachment{}, sawCo, internal(err, "record intent to attach volume %s", volumeID)
 		}
 	}
-	a, err := att.Attach(ctx, volume.AttachRequest{VolumeID: volumeID, Context: want.Context, Secrets: secrets, ReadOnly: want.ReadOnly, CoTenants: co})
+	a, err = att.Attach(ctx, volume.AttachRequest{VolumeID: volumeID, Context: want.Context, Secrets: secrets, ReadOnly: want.ReadOnly, CoTenants: co})
 	if err != nil {
 		err = fmt.Errorf("attach volume %s: %w", volumeID, err)
 		if wasStaged {
-			return a, err
+			return a, sawCo, err
 		}
-		d.undoLocked(ctx, att, a, co, lease, hadRecord)
-		return a, err
+		d.undoLocked(ctx, att, a, co, lease, hadRecord, sawCo)
+		return a, sawCo, err
 	}
 	klog.FromContext(ctx).V(2).Info("Attached volume", "volumeID", volumeID, "transport", want.Context.Transport, "device", a.Device.Path, "sizeBytes", a.Device.SizeBytes, "created", createdString(a))
 	// The number recorded is the device node's, checked against the
@@ -229,9 +235,9 @@ func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, s
 	num, err := attachedNumber(a.Device)
 	if err != nil {
 		if !wasStaged {
-			d.undoLocked(ctx, att, a, co, lease, hadRecord)
+			d.undoLocked(ctx, att, a, co, lease, hadRecord, sawCo)
 		}
-		return a, err
+		return a, sawCo, err
 	}
 	a.Device.Number = num
 	if !wasStaged {
@@ -239,17 +245,17 @@ func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, s
 		if err := lease.Put(want); err != nil {
 			// The attaching record without a device still says what may
 			// exist; undo now rather than mount a device nobody recorded.
-			d.undoLocked(ctx, att, a, co, lease, hadRecord)
-			return a, internal(err, "record device of volume %s", volumeID)
+			d.undoLocked(ctx, att, a, co, lease, hadRecord, sawCo)
+			return a, sawCo, internal(err, "record device of volume %s", volumeID)
 		}
 	}
-	return a, nil
+	return a, sawCo, nil
 }
 
 // undo removes what a's attach created after a later step failed, under
 // the target's lease again, and the attaching record when everything
 // went (and there was no record before the call).
-func (d *Driver) undo(ctx context.Context, att Attacher, a volume.Attachment, hadRecord bool) {
+func (d *Driver) undo(ctx context.Context, att Attacher, a volume.Attachment, hadRecord, sawCo bool) {
 	ctx = context.WithoutCancel(ctx)
 	lease, err := d.deps.Intents.Lock(ctx, a.Context.Target(), "NodeStageVolume rollback "+a.VolumeID)
 	if err != nil {
@@ -262,16 +268,26 @@ func (d *Driver) undo(ctx context.Context, att Attacher, a volume.Attachment, ha
 		klog.FromContext(ctx).Error(err, "Rollback: cannot read co-tenants; keeping the attaching record", "volumeID", a.VolumeID)
 		return
 	}
-	d.undoLocked(ctx, att, a, co, lease, hadRecord)
+	d.undoLocked(ctx, att, a, co, lease, hadRecord, sawCo)
 }
 
 // undoLocked undoes a's attach under the target's lease and removes the
-// attaching record when it was this call's. When the record is Inherited
-// (another volume's teardown spared paths of the target for this stage)
-// and no other record of the target is left, the target's paths no record
-// needs go too, as at NodeUnstage: otherwise two failed stages of
-// co-tenants, one after the other, would leave paths no record names.
-func (d *Driver) undoLocked(ctx context.Context, att Attacher, a volume.Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord bool) {
+// attaching record when it was this call's. Paths must never be left that
+// no record names, even when stages of co-tenants fail one after the
+// other:
+//
+//   - while other records of the target remain, the undo may have left
+//     what the attach created for their sake: the attaching record stays
+//     and says so, and NodeUnstage, a retried NodeStage or the
+//     reconciliation removes those paths once no record needs them;
+//   - when other records of the target existed as the attach began (sawCo)
+//     and none is left, their teardown spared the paths this stage
+//     needed, whoever connected them: the target's paths no record needs
+//     go too, as at NodeUnstage.
+//
+// With no record of the target at the attach and none now, only what the
+// attach created goes: what was there before is someone else's.
+func (d *Driver) undoLocked(ctx context.Context, att Attacher, a volume.Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord, sawCo bool) {
 	if err := att.Undo(ctx, a, co); err != nil {
 		klog.FromContext(ctx).Error(err, "Rollback: keeping the attaching record until what the stage created is removed", "volumeID", a.VolumeID, "created", createdString(a))
 		return
@@ -279,7 +295,11 @@ func (d *Driver) undoLocked(ctx context.Context, att Attacher, a volume.Attachme
 	if hadRecord {
 		return // an earlier attempt may have created more: NodeUnstage or the reconciliation finishes it
 	}
-	if cur, err := d.deps.Intents.Get(a.VolumeID); err == nil && cur.Inherited && len(co.Records) == 0 && len(co.Unreadable) == 0 {
+	if a.Created != nil && len(co.Records) > 0 {
+		klog.FromContext(ctx).V(2).Info("Rollback: keeping the attaching record: what the stage created may serve a co-tenant, and goes when no record needs it", "volumeID", a.VolumeID, "created", createdString(a))
+		return
+	}
+	if cur, err := d.deps.Intents.Get(a.VolumeID); err == nil && sawCo && len(co.Records) == 0 && len(co.Unreadable) == 0 {
 		if err := att.Detach(ctx, cur, co); err != nil {
 			klog.FromContext(ctx).Error(err, "Rollback: keeping the attaching record until the paths spared for it are removed", "volumeID", a.VolumeID)
 			return

@@ -113,10 +113,7 @@ func (l *Lease) Put(rec volume.Record) error {
 }
 
 // Delete removes the record of volumeID, which must be the target's.
-// Deleting a record that does not exist succeeds. The teardown that ends
-// with it spared what the target's other records need; every attaching
-// one among them is marked Inherited first, so that a failed stage of it
-// removes what was spared for it (volume.Record.Inherited).
+// Deleting a record that does not exist succeeds.
 func (l *Lease) Delete(volumeID string) error {
 	if err := l.held(); err != nil {
 		return err
@@ -129,18 +126,6 @@ func (l *Lease) Delete(volumeID string) error {
 		return fmt.Errorf("delete record of volume %s: %w", volumeID, err)
 	case cur.Target() != l.target:
 		return fmt.Errorf("delete record of volume %s: it is a volume of %s, not the leased %s", volumeID, cur.Target(), l.target)
-	}
-	co, err := l.CoTenants(volumeID)
-	if err != nil {
-		return fmt.Errorf("delete record of volume %s: %w", volumeID, err)
-	}
-	for _, r := range co.Records {
-		if r.State == volume.StateAttaching && !r.Inherited {
-			r.Inherited = true
-			if err := l.o.put(r, true, r); err != nil {
-				return fmt.Errorf("delete record of volume %s: mark co-tenant %s: %w", volumeID, r.VolumeID, err)
-			}
-		}
 	}
 	return l.o.store.Delete(volumeID)
 }

@@ -286,34 +286,3 @@ func TestGo_OneJobPerTargetBounded(t *testing.T) {
 		t.Errorf("jobs run (-want +got):\n%s", diff)
 	}
 }
-
-// TestLease_DeleteMarksAttachingCoTenantsInherited: the teardown that ends
-// with a record's deletion spared what the target's other records need;
-// an attaching one among them is marked Inherited (its failed stage then
-// removes what was spared for it), a staged one is not (its NodeUnstage
-// removes everything no record needs anyway).
-func TestLease_DeleteMarksAttachingCoTenantsInherited(t *testing.T) {
-	o, s := newOwner(t, fakeClock(), nil)
-	l, err := o.Lock(context.Background(), nqnA, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Unlock()
-	for _, r := range []volume.Record{record(t, "gone", nqnA, volume.StateDetaching), record(t, "attaching", nqnA, volume.StateAttaching), record(t, "staged", nqnA, volume.StateStaged)} {
-		if err := l.Put(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Delete("gone"); err != nil {
-		t.Fatal(err)
-	}
-	for id, want := range map[string]bool{"attaching": true, "staged": false} {
-		r, err := s.Get(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Inherited != want {
-			t.Errorf("%s: Inherited = %t, want %t", id, r.Inherited, want)
-		}
-	}
-}

@@ -3,8 +3,8 @@
 //
 // A path can hold a stack of mounts: each mount made at a path that is
 // already a mount point goes on top of the one there (its parent is the
-// mount below it), a mount can be slid under the stack (move_mount(2)
-// MOVE_MOUNT_BENEATH), and a mount at an ancestor hides every mount
+// mount below it), a mount can be slid under the top of a stack
+// (move_mount(2) MOVE_MOUNT_BENEATH), and a mount at an ancestor hides every mount
 // below it. /proc/self/mountinfo lists each mount with its ID, its
 // parent's ID, the device number and the root of the filesystem it
 // mounts, its mount point, its filesystem type and its source. A Table

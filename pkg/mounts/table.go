@@ -51,18 +51,21 @@ func (l Layer) Is(r volume.MountLayer, ns Namespace) bool {
 type Table struct {
 	layers   []Layer
 	byID     map[int]int   // ID → index in layers
-	children map[int][]int // parent ID → indexes, in table order
-	root     int           // index of the root mount; -1 when there is none
+	children map[int][]int    // parent ID → indexes, in table order
+	at       map[string][]int // mount point → indexes, in table order
+	root     int              // index of the root mount; -1 when there is none
 }
 
 // NewTable builds a table from mountinfo lines as mount-utils and
 // ReadInfo parse them.
 func NewTable(infos []mount.MountInfo) *Table {
-	t := &Table{layers: make([]Layer, 0, len(infos)), byID: make(map[int]int, len(infos)), children: map[int][]int{}, root: -1}
+	t := &Table{layers: make([]Layer, 0, len(infos)), byID: make(map[int]int, len(infos)), children: map[int][]int{},
+		at: make(map[string][]int, len(infos)), root: -1}
 	for _, mi := range infos {
 		l := Layer{ID: mi.ID, Parent: mi.ParentID, Dev: volume.DeviceNumber{Major: uint32(mi.Major), Minor: uint32(mi.Minor)},
 			Root: mi.Root, MountPoint: filepath.Clean(mi.MountPoint), FSType: mi.FsType, Source: mi.Source}
 		t.byID[l.ID] = len(t.layers)
+		t.at[l.MountPoint] = append(t.at[l.MountPoint], len(t.layers))
 		t.layers = append(t.layers, l)
 	}
 	for i, l := range t.layers {
@@ -194,12 +197,9 @@ func (t *Table) chain(from int, p string, self bool) []Layer {
 // At returns every mount whose mount point is path, visible or hidden,
 // in table order.
 func (t *Table) At(path string) []Layer {
-	p := filepath.Clean(path)
 	var out []Layer
-	for _, l := range t.layers {
-		if l.MountPoint == p {
-			out = append(out, l)
-		}
+	for _, i := range t.at[filepath.Clean(path)] {
+		out = append(out, t.layers[i])
 	}
 	return out
 }

@@ -101,13 +101,6 @@ type Record struct {
 	StagingLayer *MountLayer `json:"stagingLayer,omitempty"`
 	// StagedAt is when the volume was staged, from the caller's clock.
 	StagedAt time.Time `json:"stagedAt"`
-	// Inherited is set on an attaching record when the teardown of another
-	// volume of the target ended while this one's stage was under way
-	// (version 3): that teardown spared what this volume's stage needs,
-	// whoever had connected it. A failed stage of this volume then removes
-	// the target's paths that no record needs, not only what it created
-	// itself, or the spared ones would be left with no record naming them.
-	Inherited bool `json:"inherited,omitempty"`
 	// Publications are the target paths the volume is bind-mounted at, as
 	// NodePublishVolume made them; target paths are unique. A reader must
 	// check that a listed target is still mounted: a node reboot drops

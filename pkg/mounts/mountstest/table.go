@@ -152,8 +152,9 @@ func (t *Table) ForeignLayers() []mounts.Layer {
 }
 
 // Foreign mounts a filesystem of someone else's at path: on top of the
-// stack there, or, with beneath, slid under it (move_mount(2)
-// MOVE_MOUNT_BENEATH; on top when nothing is mounted at path).
+// stack there, or, with beneath, slid under the top of it, as
+// move_mount(2) MOVE_MOUNT_BENEATH does (on top when nothing is mounted
+// at path).
 func (t *Table) Foreign(path, fstype, source string, beneath bool) mounts.Layer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -165,10 +166,10 @@ func (t *Table) Foreign(path, fstype, source string, beneath bool) mounts.Layer 
 	snap := t.snapshot()
 	stack := snap.Stack(path)
 	if beneath && len(stack) > 0 {
-		bottom := stack[0]
-		l.Parent = bottom.Parent
+		top := stack[len(stack)-1]
+		l.Parent = top.Parent
 		for i := range t.layers {
-			if t.layers[i].ID == bottom.ID {
+			if t.layers[i].ID == top.ID {
 				t.layers[i].Parent = l.ID
 			}
 		}
