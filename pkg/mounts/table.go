@@ -50,7 +50,7 @@ func (l Layer) Is(r volume.MountLayer, ns Namespace) bool {
 // Table is a snapshot of the mount table.
 type Table struct {
 	layers   []Layer
-	byID     map[int]int   // ID → index in layers
+	byID     map[int]int      // ID → index in layers
 	children map[int][]int    // parent ID → indexes, in table order
 	at       map[string][]int // mount point → indexes, in table order
 	root     int              // index of the root mount; -1 when there is none
