@@ -212,6 +212,7 @@ func (s *sim) foreignMount() {
 	s.faults.foreign++
 	src := fmt.Sprintf("foreign-%d", s.faults.foreign)
 	s.logf("FAULT someone mounts %s at %s (beneath=%t)", src, p, beneath)
+	s.stats.foreignMounted()
 	s.mounts.Foreign(p, "tmpfs", src, beneath)
 }
 
