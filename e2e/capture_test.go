@@ -24,7 +24,7 @@ func TestCapture_LiveTreeRoundTripsThroughTheFixtureFormat(t *testing.T) {
 	c1, c2 := connectTwoPorts(t, fsys, nqn)
 	sub := subsystemOf(t, fsys, c1)
 	head := "nvme" + strings.TrimPrefix(sub, "nvme-subsys") + "n1"
-	eventually(t, 20*time.Second, "head "+head, func() bool {
+	eventually(t, time.Minute, "head "+head, func() bool {
 		_, err := fsys.Stat("block/" + head)
 		return err == nil
 	})

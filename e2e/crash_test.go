@@ -24,21 +24,57 @@ import (
 // endpoint, so a connect to it hangs while established connections go
 // on. pathmend is killed while it waits there.
 
-// dropNewConnections drops SYNs to addr:port until the returned func (or
-// the test's end) lifts the rule.
-func dropNewConnections(t *testing.T, l lab, addr string, port int) func() {
+// synDrop is an iptables rule that drops new TCP connections (SYNs) to
+// one endpoint.
+type synDrop struct {
+	l          lab
+	addr, port string
+	lifted     bool
+}
+
+// dropNewConnections drops SYNs to addr:port until the rule is lifted
+// (at the test's end at the latest).
+func dropNewConnections(t *testing.T, l lab, addr string, port int) *synDrop {
 	t.Helper()
-	rule := fmt.Sprintf("INPUT -p tcp -d %s --dport %d --syn -j DROP", addr, port)
-	l.sh(t, "iptables -I "+rule)
-	lifted := false
-	lift := func() {
-		if !lifted {
-			lifted = true
-			l.sh(t, "iptables -D "+rule)
-		}
+	d := &synDrop{l: l, addr: addr, port: fmt.Sprint(port)}
+	l.sh(t, "iptables -I "+d.rule())
+	t.Cleanup(func() { d.lift(t) })
+	return d
+}
+
+func (d *synDrop) rule() string {
+	return fmt.Sprintf("INPUT -p tcp -d %s --dport %s --syn -j DROP", d.addr, d.port)
+}
+
+// lift removes the rule; once.
+func (d *synDrop) lift(t *testing.T) {
+	t.Helper()
+	if !d.lifted {
+		d.lifted = true
+		d.l.sh(t, "iptables -D "+d.rule())
 	}
-	t.Cleanup(lift)
-	return lift
+}
+
+// packets is how many SYNs the rule dropped so far: the kernel counts
+// them, so a connect that hangs in the drop is an event a test can wait
+// for, not a guess of how long a connect takes to start.
+func (d *synDrop) packets(t *testing.T) int {
+	t.Helper()
+	out := d.l.sh(t, fmt.Sprintf(`iptables -L INPUT -v -x -n | awk '$3 == "DROP" && index($0, " %s ") && index($0, "dpt:%s flags:") { n += $1 } END { print n + 0 }'`, d.addr, d.port))
+	var n int
+	if _, err := fmt.Sscan(out, &n); err != nil {
+		t.Fatalf("dropped SYNs to %s:%s: %q", d.addr, d.port, out)
+	}
+	return n
+}
+
+// waitConnecting waits until a SYN to the endpoint was dropped after
+// before packets: someone is in a connect that hangs there.
+func (d *synDrop) waitConnecting(t *testing.T, before int, who string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, who+" to try "+d.addr+":"+d.port+" (a SYN dropped)", func() bool {
+		return d.packets(t) > before
+	})
 }
 
 // stageInBackground starts a NodeStage and returns its result channel.
@@ -55,10 +91,10 @@ func stageInBackground(node csi.NodeClient, req *csi.NodeStageVolumeRequest) <-c
 
 // killedMidStage stages a two-path volume with new connections to its
 // second endpoint dropped, and SIGKILLs pathmend once the first path is
-// connected, while the stage waits on the second: after the connect,
-// before the mount. It returns pathmend's directory (for a restart), the
-// staging path and the lift of the drop.
-func killedMidStage(t *testing.T, l lab, nqn, id string) (dir, staging string, p *pathmendProc, lift func()) {
+// connected and the stage's connect to the second has sent its SYN (the
+// drop rule counted it): after the connect, before the mount. It returns
+// pathmend's directory (for a restart), the staging path and the drop.
+func killedMidStage(t *testing.T, l lab, nqn, id string) (dir, staging string, p *pathmendProc, drop *synDrop) {
 	t.Helper()
 	l.teardownAll(t)
 	nvmeTwoPortTarget(t, l, nqn)
@@ -70,12 +106,13 @@ func killedMidStage(t *testing.T, l lab, nqn, id string) (dir, staging string, p
 		t.Fatal(err)
 	}
 	unmountOnCleanup(t, staging)
-	lift = dropNewConnections(t, l, "127.0.0.1", 4421)
+	drop = dropNewConnections(t, l, "127.0.0.1", 4421)
+	before := drop.packets(t)
 	done := stageInBackground(node, stageReq(id, staging, twoPathContext(nqn, 1)))
-	eventually(t, 30*time.Second, "the stage's first path (127.0.0.1:4420) connected", func() bool {
+	eventually(t, 2*time.Minute, "the stage's first path (127.0.0.1:4420) connected", func() bool {
 		return len(controllersTo(t, nqn, "127.0.0.1", "4420")) == 1
 	})
-	time.Sleep(500 * time.Millisecond) // into the connect that hangs
+	drop.waitConnecting(t, before, "the stage")
 	select {
 	case err := <-done:
 		t.Fatalf("NodeStage returned before the kill (%v): the connect to 127.0.0.1:4421 did not hang", err)
@@ -90,7 +127,7 @@ func killedMidStage(t *testing.T, l lab, nqn, id string) (dir, staging string, p
 	}
 	t.Logf("killed mid-stage: controllers %v to 127.0.0.1:4420, %v to 127.0.0.1:4421, %s not mounted",
 		controllersTo(t, nqn, "127.0.0.1", "4420"), controllersTo(t, nqn, "127.0.0.1", "4421"), staging)
-	return dir, staging, p, lift
+	return dir, staging, p, drop
 }
 
 // Killed after the connect, before the mount; restarted; kubelet retries
@@ -99,8 +136,8 @@ func killedMidStage(t *testing.T, l lab, nqn, id string) (dir, staging string, p
 func TestCrash_KilledMidStageThenStageRetriedEndsStagedWithAllPaths(t *testing.T) {
 	l := needLab(t)
 	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-crash-stage"
-	dir, staging, _, lift := killedMidStage(t, l, nqn, "vol-crash-stage")
-	lift()
+	dir, staging, _, drop := killedMidStage(t, l, nqn, "vol-crash-stage")
+	drop.lift(t)
 	p := startPathmendIn(t, l, dir, "lab-node", "--heal=repair", "--monitor-interval=1s")
 	node := csi.NewNodeClient(p.conn)
 	rpc(t, "NodeStageVolume (kubelet's retry)", func(ctx context.Context) error {
@@ -108,7 +145,7 @@ func TestCrash_KilledMidStageThenStageRetriedEndsStagedWithAllPaths(t *testing.T
 		return err
 	})
 	fs := watchFS(t, staging)
-	eventually(t, 30*time.Second, "the volume healthy (both paths)", func() bool {
+	eventually(t, 2*time.Minute, "the volume healthy (both paths)", func() bool {
 		return len(volumeHealth(t, node, "vol-crash-stage")) == 0
 	})
 	for _, svc := range []string{"4420", "4421"} {
@@ -121,7 +158,7 @@ func TestCrash_KilledMidStageThenStageRetriedEndsStagedWithAllPaths(t *testing.T
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-crash-stage", StagingTargetPath: staging})
 		return err
 	})
-	eventually(t, 20*time.Second, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, time.Minute, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 }
 
 // Killed after the connect, before the mount; restarted; the pod is gone,
@@ -130,15 +167,15 @@ func TestCrash_KilledMidStageThenStageRetriedEndsStagedWithAllPaths(t *testing.T
 func TestCrash_KilledMidStageThenUnstagedLeavesNothing(t *testing.T) {
 	l := needLab(t)
 	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-crash-unstage"
-	dir, staging, _, lift := killedMidStage(t, l, nqn, "vol-crash-unstage")
-	lift()
+	dir, staging, _, drop := killedMidStage(t, l, nqn, "vol-crash-unstage")
+	drop.lift(t)
 	p := startPathmendIn(t, l, dir, "lab-node", "--heal=repair", "--monitor-interval=1s")
 	node := csi.NewNodeClient(p.conn)
 	rpc(t, "NodeUnstageVolume (kubelet, the pod gone)", func(ctx context.Context) error {
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-crash-unstage", StagingTargetPath: staging})
 		return err
 	})
-	eventually(t, 30*time.Second, "no controller of the volume's subsystem left", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, 2*time.Minute, "no controller of the volume's subsystem left", func() bool { return len(controllersOf(t, nqn)) == 0 })
 	if recs, _ := os.ReadDir(filepath.Join(dir, "state", "volumes")); len(recs) > 0 {
 		var names []string
 		for _, r := range recs {
@@ -192,7 +229,7 @@ nqnproxy_start 127.0.0.3:4420 127.0.0.1:4420 %[1]q %[2]q
 		_, err := node.NodeStageVolume(ctx, stageReq("vol-crash-repair", staging, vctx))
 		return err
 	})
-	eventually(t, 30*time.Second, "the volume healthy (both paths)", func() bool {
+	eventually(t, 2*time.Minute, "the volume healthy (both paths)", func() bool {
 		return len(volumeHealth(t, node, "vol-crash-repair")) == 0
 	})
 	fs := watchFS(t, staging)
@@ -200,34 +237,41 @@ nqnproxy_start 127.0.0.3:4420 127.0.0.1:4420 %[1]q %[2]q
 	if len(b) != 1 {
 		t.Fatalf("controllers to the second array: %v", b)
 	}
-	lift := dropNewConnections(t, l, "127.0.0.3", 4420)
+	drop := dropNewConnections(t, l, "127.0.0.3", 4420)
+	before := drop.packets(t)
 	l.sh(t, fmt.Sprintf(`ns=$NVMET/subsystems/%q/namespaces/1
 echo 0 >"$ns/enable"; echo "$(lab_uuid_of %q/other)" >"$ns/device_uuid"; echo 1 >"$ns/enable"`, alias, alias))
-	eventually(t, 60*time.Second, "pathmend to tear down "+b[0].Name+" (ControllerNotContributing)", func() bool {
+	// The events, in the order pathmend makes them: the repair's verdict
+	// (logged once its teardown returned), the controller gone from
+	// sysfs, then the job's reconnect of the endpoint, whose SYN the rule
+	// drops. Waiting for the controller alone lost a race under load: it
+	// leaves sysfs inside the teardown, before the verdict is logged.
+	var repaired string
+	eventually(t, 2*time.Minute, "the repair's verdict for "+b[0].Name+" (ControllerNotContributing) in pathmend's log", func() bool {
+		for _, v := range verdicts(readLog(t, p.logPath), nqn+" tcp 127.0.0.3:4420") {
+			if v.KV["verdict"] == "repaired" {
+				repaired = v.Raw
+			}
+		}
+		return repaired != ""
+	})
+	eventually(t, time.Minute, b[0].Name+" gone after its teardown", func() bool {
 		return len(controllersTo(t, nqn, "127.0.0.3", "4420")) == 0
 	})
+	drop.waitConnecting(t, before, "pathmend's reconnect")
 	p.kill()
 	killedAt := time.Now()
 	if cs := controllersTo(t, nqn, "127.0.0.3", "4420"); len(cs) != 0 {
 		t.Fatalf("killed after the reconnect, not before it: %v", cs)
 	}
-	var repaired string
-	for _, v := range verdicts(readLog(t, p.logPath), nqn+" tcp 127.0.0.3:4420") {
-		if v.KV["verdict"] == "repaired" {
-			repaired = v.Raw
-		}
-	}
-	if repaired == "" {
-		t.Fatalf("no repaired verdict before the kill in pathmend's log")
-	}
-	t.Logf("killed after the teardown, before the reconnect: %s", repaired)
+	t.Logf("killed after the teardown, in the reconnect: %s", repaired)
 
-	lift()
+	drop.lift(t)
 	l.sh(t, fmt.Sprintf(`ns=$NVMET/subsystems/%q/namespaces/1
 echo 0 >"$ns/enable"; echo "$(lab_uuid_of %q/1)" >"$ns/device_uuid"; echo 1 >"$ns/enable"`, alias, nqn))
 	p = startPathmendIn(t, l, dir, "lab-node", flags...)
 	node = csi.NewNodeClient(p.conn)
-	eventually(t, 60*time.Second, "the restarted pathmend to give the volume both paths back", func() bool {
+	eventually(t, 3*time.Minute, "the restarted pathmend to give the volume both paths back", func() bool {
 		return len(volumeHealth(t, node, "vol-crash-repair")) == 0
 	})
 	t.Logf("both paths back %s after the kill", time.Since(killedAt).Round(100*time.Millisecond))
@@ -241,5 +285,5 @@ echo 0 >"$ns/enable"; echo "$(lab_uuid_of %q/1)" >"$ns/device_uuid"; echo 1 >"$n
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-crash-repair", StagingTargetPath: staging})
 		return err
 	})
-	eventually(t, 20*time.Second, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, time.Minute, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 }

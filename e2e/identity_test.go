@@ -85,10 +85,10 @@ func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *
 			_ = cmd.Process.Signal(os.Interrupt)
 			select {
 			case <-exited:
-			case <-time.After(15 * time.Second):
+			case <-time.After(2 * time.Minute):
 				_ = cmd.Process.Kill()
 				<-exited
-				t.Errorf("pathmend did not stop within 15s of SIGINT")
+				t.Errorf("pathmend did not stop within 2 min of SIGINT")
 			}
 			logf.Close()
 			if t.Failed() {
@@ -98,7 +98,7 @@ func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *
 		})
 	}
 	t.Cleanup(stop)
-	eventually(t, 30*time.Second, "pathmend's socket", func() bool {
+	eventually(t, 4*time.Minute, "pathmend's socket", func() bool {
 		select {
 		case <-exited:
 			b, _ := os.ReadFile(logPath)
@@ -130,7 +130,7 @@ func startPathmendIn(t *testing.T, l lab, dir, nodeID string, extra ...string) *
 func TestIdentity_PathmendServesPluginInfoProbeAndNodeInfo(t *testing.T) {
 	l := needLab(t)
 	conn := startPathmend(t, l, "lab-node-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	id := csi.NewIdentityClient(conn)

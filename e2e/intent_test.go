@@ -96,10 +96,16 @@ func (h *mkfsHold) entered(t *testing.T, d time.Duration) (mkfs, pathmend int) {
 }
 
 // release lets a held mkfs go on; it reports whether one was waiting.
+// A held mkfs opens the fifo right after it wrote "entered"; on a loaded
+// guest that can take a while, so release waits for its reader up to 2
+// minutes — only when a held mkfs entered and was not released yet.
 func (h *mkfsHold) release() bool {
-	for range 50 {
+	if !fileExists(h.path("entered")) {
+		return false
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
 		f, err := os.OpenFile(h.path("release"), os.O_WRONLY|syscall.O_NONBLOCK, 0)
-		if errors.Is(err, syscall.ENXIO) { // no reader yet, or none any more
+		if errors.Is(err, syscall.ENXIO) { // no reader yet
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
@@ -108,6 +114,7 @@ func (h *mkfsHold) release() bool {
 		}
 		_, _ = f.WriteString("go\n")
 		f.Close()
+		_ = os.Remove(h.path("entered"))
 		return true
 	}
 	return false
@@ -128,12 +135,13 @@ func killedInMkfs(t *testing.T, h *mkfsHold, node csi.NodeClient, dir string, re
 	t.Helper()
 	h.hold(t)
 	done := stageInBackgroundFor(node, req)
-	mkfs, pathmend := h.entered(t, 2*time.Minute)
+	mkfs, pathmend := h.entered(t, 5*time.Minute)
 	if !attached() {
 		t.Fatal("held in mkfs before the attach was done")
 	}
 	sigkill(t, pathmend, "pathmend")
 	sigkill(t, mkfs, "the held mkfs")
+	_ = os.Remove(h.path("entered")) // nothing waits for a release now
 	h.unhold()
 	if err := <-done; err == nil {
 		t.Fatal("NodeStage succeeded although pathmend was killed in it")
@@ -259,7 +267,7 @@ func TestIntent_KilledBetweenAttachAndMountThenUnstagedLeavesNothing(t *testing.
 			return ok && len(legs) == 2 && len(controllersOf(t, nqn)) == 2
 		})
 		unstagedAfterRestart(t, l, dir, req.VolumeId, staging)
-		eventually(t, 20*time.Second, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+		eventually(t, time.Minute, "no controller left after the unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 	})
 }
 
@@ -292,7 +300,7 @@ func TestIntent_UnstageWhileACoTenantIsStagingKeepsItsPaths(t *testing.T) {
 	})
 	h.hold(t)
 	done := stageInBackgroundFor(node, stageReq("vol-ns2", s2, twoPathContext(nqn, 2)))
-	h.entered(t, 2*time.Minute)
+	h.entered(t, 5*time.Minute)
 	before := controllersOf(t, nqn)
 	_, legsBefore, ok := headOf(t, nqn, 2)
 	if !ok || len(legsBefore) != 2 || len(before) != 2 {
@@ -322,7 +330,7 @@ func TestIntent_UnstageWhileACoTenantIsStagingKeepsItsPaths(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("vol-ns2's stage after the release: %v", err)
 	}
-	eventually(t, 30*time.Second, "vol-ns2 healthy (both paths)", func() bool {
+	eventually(t, 2*time.Minute, "vol-ns2 healthy (both paths)", func() bool {
 		return len(volumeHealth(t, node, "vol-ns2")) == 0
 	})
 	if err := os.WriteFile(filepath.Join(s2, "still-here"), []byte("ok"), 0o600); err != nil {
@@ -332,5 +340,5 @@ func TestIntent_UnstageWhileACoTenantIsStagingKeepsItsPaths(t *testing.T) {
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-ns2", StagingTargetPath: s2})
 		return err
 	})
-	eventually(t, 20*time.Second, "no controller left after the last unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, time.Minute, "no controller left after the last unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 }

@@ -75,10 +75,10 @@ func TestISCSI_AttacherStagesAMultipathVolumeWithCHAPAndUnstagesIt(t *testing.T)
 
 	// A dropped portal degrades the volume; restored, it is healthy again.
 	l.sh(t, "fault_drop_port 3260 127.0.0.2")
-	eventually(t, 90*time.Second, "Degraded", func() bool { return p.att.Health(ctx, rec).Status == volume.Degraded })
+	eventually(t, 4*time.Minute, "Degraded", func() bool { return p.att.Health(ctx, rec).Status == volume.Degraded })
 	t.Logf("while dropped: %s", p.att.Health(ctx, rec).Message)
 	l.sh(t, "fault_restore_port 3260 127.0.0.2")
-	eventually(t, 90*time.Second, "Healthy", func() bool { return p.att.Health(ctx, rec).Status == volume.Healthy })
+	eventually(t, 4*time.Minute, "Healthy", func() bool { return p.att.Health(ctx, rec).Status == volume.Healthy })
 
 	if err := p.att.Detach(ctx, rec, volume.CoTenants{}); err != nil {
 		t.Fatal(err)

@@ -71,7 +71,12 @@ func newPathmendISCSI(t *testing.T) *pathmendISCSI {
 		t.Fatal(err)
 	}
 	recs := &memRecords{}
-	att, err := attach.NewAttacher(attach.AttacherConfig{Sys: sys, DevRoot: "/dev", Initiator: in})
+	// The tests' volumes are multipath volumes: the attacher waits for
+	// multipathd's map as long as a loaded guest needs (it returns as soon
+	// as the map holds every path). pathmend's default, 10 s, is a node's
+	// choice between a map and one path; on a guest beside two CPU burners
+	// multipathd took longer, and the volume went on one disk.
+	att, err := attach.NewAttacher(attach.AttacherConfig{Sys: sys, DevRoot: "/dev", Initiator: in, MultipathWait: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,11 +95,7 @@ func iscsiContext(iqn string, lun int, portals ...string) volume.Context {
 // sessionTo returns the session to iqn through portal (host:port).
 func sessionTo(t *testing.T, sys sysfs.FS, iqn, portal string) (iscsi.Session, bool) {
 	t.Helper()
-	snap, err := iscsi.Read(sys, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range snap.SessionsOf(iqn) {
+	for _, s := range readISCSI(t, sys).SessionsOf(iqn) {
 		if s.PortalString() == portal {
 			return s, true
 		}
@@ -150,12 +151,10 @@ lio_lun_add "$iqn" 1 0 %s
 // passes, logging every report that carries a verdict.
 func healUntil(t *testing.T, ctx context.Context, h *iscsi.SessionHealer, p *pathmendISCSI, d time.Duration, done func([]iscsi.Report) bool) []iscsi.Report {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	deadline := start.Add(d)
 	for {
-		snap, err := iscsi.Read(p.sys, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		snap := readISCSI(t, p.sys)
 		recs, _ := p.recs.List()
 		reports := h.Tick(ctx, snap, recs, nil)
 		for _, r := range reports {
@@ -164,9 +163,11 @@ func healUntil(t *testing.T, ctx context.Context, h *iscsi.SessionHealer, p *pat
 			}
 		}
 		if done(reports) {
+			record(t, kindWait, "the heal to finish", time.Since(start), d)
 			return reports
 		}
 		if time.Now().After(deadline) {
+			record(t, kindWait, "the heal to finish", time.Since(start), d)
 			t.Fatalf("heal did not finish within %s", d)
 		}
 		time.Sleep(time.Second)

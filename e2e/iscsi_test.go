@@ -43,7 +43,7 @@ done
 		s := l.sh(t, fmt.Sprintf("iscsi_session_of %q %s:3260", iqn, portal))
 		sessions = append(sessions, s)
 		base := "class/iscsi_session/" + s
-		eventually(t, 30*time.Second, s+" LOGGED_IN", attrIs(fsys, base+"/state", "LOGGED_IN"))
+		eventually(t, 2*time.Minute, s+" LOGGED_IN", attrIs(fsys, base+"/state", "LOGGED_IN"))
 		if v, err := fsys.ReadAttr(base + "/targetname"); err != nil || v != iqn {
 			t.Errorf("%s targetname = %q, %v; want %q", s, v, err, iqn)
 		}
@@ -52,7 +52,7 @@ done
 			t.Errorf("%s persistent_address = %q, %v; want %s", conn, v, err, portal)
 		}
 		// The session → target → LUN → block walk finds one disk per LUN.
-		eventually(t, 30*time.Second, "two disks on "+s, func() bool {
+		eventually(t, 2*time.Minute, "two disks on "+s, func() bool {
 			return len(strings.Fields(l.sh(t, "iscsi_disks_of "+s))) == 2
 		})
 	}
@@ -61,10 +61,10 @@ done
 	// lets iscsid log them back in.
 	l.sh(t, fmt.Sprintf("lio_tpg_disable %q 1", iqn))
 	for _, s := range sessions {
-		eventually(t, 60*time.Second, s+" FAILED", attrIs(fsys, "class/iscsi_session/"+s+"/state", "FAILED"))
+		eventually(t, 3*time.Minute, s+" FAILED", attrIs(fsys, "class/iscsi_session/"+s+"/state", "FAILED"))
 	}
 	l.sh(t, fmt.Sprintf("lio_tpg_enable %q 1", iqn))
 	for _, s := range sessions {
-		eventually(t, 90*time.Second, s+" LOGGED_IN again", attrIs(fsys, "class/iscsi_session/"+s+"/state", "LOGGED_IN"))
+		eventually(t, 4*time.Minute, s+" LOGGED_IN again", attrIs(fsys, "class/iscsi_session/"+s+"/state", "LOGGED_IN"))
 	}
 }

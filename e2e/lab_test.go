@@ -39,7 +39,7 @@ func (l lab) bin(name string) string { return filepath.Join(l.dir, "bin", name) 
 // standard output with surrounding space trimmed.
 func (l lab) sh(t *testing.T, script string) string {
 	t.Helper()
-	out, err := l.trySh(t, 120*time.Second, script)
+	out, err := l.trySh(t, 5*time.Minute, script)
 	if err != nil {
 		t.Fatalf("guest script failed: %v\n--- script\n%s\n--- output\n%s", err, script, out)
 	}
@@ -74,20 +74,8 @@ func (l lab) teardownAll(t *testing.T) {
 	t.Helper()
 	l.sh(t, "lab_teardown_all")
 	t.Cleanup(func() {
-		if out, err := l.trySh(t, 120*time.Second, "lab_teardown_all"); err != nil {
+		if out, err := l.trySh(t, 5*time.Minute, "lab_teardown_all"); err != nil {
 			t.Errorf("teardown: %v\n%s", err, out)
 		}
 	})
-}
-
-// eventually polls cond every 200ms until it returns true or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

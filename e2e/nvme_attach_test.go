@@ -73,7 +73,7 @@ func controllersOf(t *testing.T, nqn string) []string {
 
 func volumeHealth(t *testing.T, node csi.NodeClient, id string) []*csi.VolumeHealth_VolumeHealthEntry {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	resp, err := node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: id})
 	if err != nil {
@@ -84,7 +84,7 @@ func volumeHealth(t *testing.T, node csi.NodeClient, id string) []*csi.VolumeHea
 
 func rpc(t *testing.T, what string, f func(ctx context.Context) error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if err := f(ctx); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -132,7 +132,7 @@ func TestNVMeAttach_StagePublishUnstageTwoPaths(t *testing.T) {
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-e2e", StagingTargetPath: staging})
 		return err
 	})
-	eventually(t, 20*time.Second, "controllers gone after unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, time.Minute, "controllers gone after unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 }
 
 // TestNVMeAttach_UnstageKeepsControllersOfAStagedCoTenant: two volumes are
@@ -172,12 +172,12 @@ func TestNVMeAttach_UnstageKeepsControllersOfAStagedCoTenant(t *testing.T) {
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-ns2", StagingTargetPath: s2})
 		return err
 	})
-	eventually(t, 20*time.Second, "controllers gone after the last unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
+	eventually(t, time.Minute, "controllers gone after the last unstage", func() bool { return len(controllersOf(t, nqn)) == 0 })
 }
 
 // TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn: the volume is staged
 // with ctrlLossTmo=3; its second port is unlinked on the target until the
-// kernel deletes that controller, and stays away 30 s more (the port
+// kernel deletes that controller, and stays away 30 monitor ticks more (the port
 // refuses connections meanwhile, which pathmend must not back off from);
 // when the port comes back, the monitor reconnects it within two ticks
 // (issue 14, 3: it took 46 s when refusals grew a backoff), and the
@@ -215,7 +215,7 @@ func TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn(t *testing.T) {
 		t.Fatal("no controller to port 4421 after stage")
 	}
 	l.sh(t, fmt.Sprintf("nvmet_port_unlink 2 %q", nqn))
-	eventually(t, 60*time.Second, "the kernel to delete "+lost+" after ctrl_loss_tmo", func() bool {
+	eventually(t, 3*time.Minute, "the kernel to delete "+lost+" after ctrl_loss_tmo", func() bool {
 		_, err := fsys.Stat("class/nvme/" + lost)
 		return sysfs.IsNotExist(err)
 	})
@@ -224,30 +224,39 @@ func TestNVMeMonitor_ReconnectsAPathTheKernelGaveUpOn(t *testing.T) {
 	} else {
 		t.Logf("degraded: %s", hs[0].GetMessage())
 	}
-	time.Sleep(30 * time.Second)
-	restored := time.Now()
+	// Away for 30 more ticks, each of which finds the port refusing.
+	waitTicks(t, logPath, time.Now(), 30)
+	cursor := kernelCursor(t)
 	l.sh(t, fmt.Sprintf("nvmet_port_link 2 %q", nqn))
-	eventually(t, 60*time.Second, "the monitor to reconnect port 4421", func() bool { return port2() != "" })
+	// The moments that matter, as the kernel logged them: the target's
+	// port listening again, and pathmend's connect reaching the target.
+	restored := kernelEvent(t, cursor, "port 2 listening again", "nvmet_tcp: enabling port 2 (127.0.0.1:4421)")
+	eventually(t, 2*time.Minute, "the monitor to reconnect port 4421", func() bool { return port2() != "" })
+	connecting := kernelEvent(t, cursor, "pathmend's connect reaching the target", "nvmet: creating nvm controller", "for subsystem "+nqn+" ")
 	var reconnected logLine
-	eventually(t, 15*time.Second, "the 'Reconnected path' line (klog flushes every 5 s)", func() bool {
-		for _, x := range withMsg(readLog(t, logPath), "Reconnected path") {
+	var lines []logLine
+	eventually(t, time.Minute, "the 'Reconnected path' record of 127.0.0.1:4421", func() bool {
+		lines = readLog(t, logPath)
+		for _, x := range withMsg(lines, "Reconnected path") {
 			if x.KV["endpoint"] == "127.0.0.1:4421" {
 				reconnected = x
 			}
 		}
 		return reconnected.Raw != ""
 	})
-	// The log's clock is the guest's, as is time.Now; klog prints no year.
-	at := time.Date(restored.Year(), reconnected.At.Month(), reconnected.At.Day(), reconnected.At.Hour(), reconnected.At.Minute(), reconnected.At.Second(), reconnected.At.Nanosecond(), time.Local)
-	took := at.Sub(restored)
-	t.Logf("measured: reconnected %s after the port returned (monitor interval 1s, +20%% jitter); %s", took.Round(10*time.Millisecond), reconnected.Raw)
-	// A few ticks: the monitor's interval is 1 s, and ticks run late in a
-	// loaded TCG guest; a reconnect held back by a backoff or a cooldown
-	// comes far later.
-	if took > 10*time.Second {
-		t.Errorf("reconnected %s after the port returned, want within a few ticks", took)
+	at := logAt(reconnected)
+	ticks := ticksBetween(lines, restored, connecting)
+	t.Logf("measured: the connect reached the target %s (%d monitor ticks) after the port listened again, reconnected %s after it (monitor interval 1s, +20%% jitter); %s",
+		connecting.Sub(restored).Round(10*time.Millisecond), ticks, at.Sub(restored).Round(10*time.Millisecond), reconnected.Raw)
+	// Within two ticks, counted in pathmend's own log: a loaded TCG
+	// guest runs ticks late, it does not run more of them; a reconnect
+	// held back by a backoff or a cooldown comes many ticks later. The
+	// count ends where the connect began, not where it returned: ticks
+	// go on while a slow connect runs.
+	if ticks > 2 {
+		t.Errorf("the reconnect began %d monitor ticks after the port listened again, want within 2", ticks)
 	}
-	eventually(t, 30*time.Second, "the reconnected path live", func() bool {
+	eventually(t, time.Minute, "the reconnected path live", func() bool {
 		return len(volumeHealth(t, node, "vol-mon")) == 0
 	})
 	t.Logf("path live again %s after the port returned", time.Since(restored).Round(100*time.Millisecond))

@@ -100,7 +100,7 @@ nvmet_port_link 2 "$nqn"
 	driverConnect(t, l, fsys, foreign, "4420")
 	driverConnect(t, l, fsys, foreign, "4421")
 	var head string
-	eventually(t, 30*time.Second, "the foreign namespace head with two legs", func() bool {
+	eventually(t, 2*time.Minute, "the foreign namespace head with two legs", func() bool {
 		h, legs, ok := headOf(t, foreign, 1)
 		head = h
 		return ok && len(legs) == 2
@@ -120,12 +120,12 @@ nvmet_port_link 2 "$nqn"
 	giveUpPort2(t, l, fsys, foreign)
 	l.sh(t, fmt.Sprintf("nvmet_port_link 2 %q", foreign))
 	var back string
-	eventually(t, 90*time.Second, "the plugin to reconnect foreign's port 4421", func() bool {
+	eventually(t, 4*time.Minute, "the plugin to reconnect foreign's port 4421", func() bool {
 		back = ctrlTo(fsys, foreign, "4421")
 		return back != "" && attrIs(fsys, "class/nvme/"+back+"/state", "live")()
 	})
 	checkDriversOptions(t, fsys, back)
-	eventually(t, 30*time.Second, "both legs of the foreign head again", func() bool {
+	eventually(t, 2*time.Minute, "both legs of the foreign head again", func() bool {
 		h, legs, ok := headOf(t, foreign, 1)
 		return ok && h == head && len(legs) == 2
 	})
@@ -137,11 +137,11 @@ nvmet_port_link 2 "$nqn"
 	// (2) The rule refuses: the driver disconnects a live controller
 	// (its NodeUnstage would): forgotten, never connected again.
 	l.sh(t, "nvme disconnect -d "+back+" >/dev/null")
-	eventually(t, 30*time.Second, "the plugin to forget foreign's port 4421", func() bool {
+	eventually(t, 2*time.Minute, "the plugin to forget foreign's port 4421", func() bool {
 		eps := learned(t, dir, foreign)
 		return len(eps) == 1 && eps[0].Trsvcid == "4420"
 	})
-	time.Sleep(6 * time.Second) // six ticks
+	waitTicks(t, p.logPath, time.Now(), 6)
 	if c := ctrlTo(fsys, foreign, "4421"); c != "" {
 		t.Errorf("%s: port 4421 of foreign connected again after the driver disconnected it", c)
 	}
@@ -163,7 +163,7 @@ nvmet_port_link 2 "$nqn"
 		_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-own", StagingTargetPath: staging})
 		return err
 	})
-	p.stop() // flushes the log
+	p.stop()
 	log, err := os.ReadFile(p.logPath)
 	if err != nil {
 		t.Fatal(err)

@@ -4,9 +4,11 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/pathmend/pathmend/internal/kmsg"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
 
@@ -46,9 +48,13 @@ nqnproxy_start 127.0.0.3:4420 127.0.0.1:4420 %[1]q %[2]q
 `, nqn, alias, uuidB))
 			fsys := sysfs.New("/sys")
 			ca := fabricsConnect(t, nqn, "127.0.0.1", "4420")
+			cursor, err := kmsg.Cursor(kmsg.Path)
+			if err != nil {
+				t.Fatalf("kernel log: %v", err)
+			}
 			cb := fabricsConnect(t, nqn, "127.0.0.3", "4420")
 			for _, c := range []string{ca, cb} {
-				eventually(t, 20*time.Second, c+" live", attrIs(fsys, "class/nvme/"+c+"/state", "live"))
+				eventually(t, time.Minute, c+" live", attrIs(fsys, "class/nvme/"+c+"/state", "live"))
 				if v, _ := fsys.ReadAttr("class/nvme/" + c + "/subsysnqn"); v != nqn {
 					t.Fatalf("%s subsysnqn = %q, want %q", c, v, nqn)
 				}
@@ -62,11 +68,28 @@ nqnproxy_start 127.0.0.3:4420 127.0.0.1:4420 %[1]q %[2]q
 			}
 			s := sub[len("nvme-subsys"):]
 			leg := func(c string) string { return "class/nvme/" + c + "/nvme" + s + "c" + c[len("nvme"):] + "n1" }
-			eventually(t, 20*time.Second, "the leg via "+ca, func() bool { _, err := fsys.Stat(leg(ca)); return err == nil })
-			time.Sleep(2 * time.Second) // the second controller's scan has run by now
-			_, err := fsys.Stat(leg(cb))
-			if got := map[bool]int{true: 2, false: 1}[err == nil]; got != tc.legs {
+			eventually(t, time.Minute, "the leg via "+ca, func() bool { _, err := fsys.Stat(leg(ca)); return err == nil })
+			// The second controller's scan ends with its leg, or with the
+			// kernel refusing the namespace: "nvme nvmeN: IDs don't match
+			// for shared namespace 1". Either is the event to wait for.
+			refused := func() bool {
+				rs, _ := kmsg.Since(kmsg.Path, cursor)
+				for _, r := range rs {
+					if strings.Contains(r.Msg, cb+": IDs don't match for shared namespace") {
+						return true
+					}
+				}
+				return false
+			}
+			hasLeg := func() bool { _, err := fsys.Stat(leg(cb)); return err == nil }
+			eventually(t, time.Minute, "the scan of namespace 1 via "+cb+": its leg, or the kernel's refusal", func() bool {
+				return hasLeg() || refused()
+			})
+			if got := map[bool]int{true: 2, false: 1}[hasLeg()]; got != tc.legs {
 				t.Errorf("legs of nvme%sn1 = %d, want %d", s, got, tc.legs)
+			}
+			if tc.legs == 1 && !refused() {
+				t.Errorf("no leg via %s, and no refusal of the namespace in the kernel log", cb)
 			}
 		})
 	}

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 GO=${GO:-hack/go}
 log=.sanity.log
 
-PATHMEND_SANITY=1 "$GO" test -race -count=1 -run '^TestSanity$' -v ./pkg/driver/ >"$log" 2>&1
+PATHMEND_SANITY=1 "$GO" test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-45m}" -run '^TestSanity$' -v ./pkg/driver/ >"$log" 2>&1
 rc=$?
 
 # ginkgo runs with NoColor; strip any escape that slipped in anyway.

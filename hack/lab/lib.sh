@@ -9,6 +9,9 @@
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$LAB_DIR/../.." && pwd)
 LAB_CACHE=${PATHMEND_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pathmend-lab}
+# LAB_OUT holds the per-run share directories and timings.tsv; two lab
+# commands run at once from one checkout need one each.
+LAB_OUT=${LAB_OUT:-$LAB_DIR/out}
 LAB_SUITE=${PATHMEND_LAB_SUITE:-bookworm}
 LAB_MIRROR=${PATHMEND_LAB_MIRROR:-http://deb.debian.org/debian}
 LAB_T0=${LAB_T0:-$(date +%s.%N)}

@@ -12,6 +12,8 @@
 # lays out a share directory (hack/lab/out/<command>: bin/, guest/, job.sh,
 # out/), boots the guest with it and reads results back from out/.
 # Timeouts: LAB_BOOT_TIMEOUT (per boot), E2E_TIMEOUT (the test binary).
+# LAB_OUT (default hack/lab/out) holds the share directories: two
+# commands at once from one checkout need one each.
 # LAB_FIXTURE_DIR sends captures elsewhere than testdata/fixtures.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -22,7 +24,7 @@ GO=${GO:-$REPO_ROOT/hack/go}
 # TIMINGS gets one line per lab or e2e run (hack/lab/timings/README.md):
 # copied into hack/lab/timings/runs.tsv, it regenerates the measured table
 # of hack/lab/README.md (make lab-timings).
-TIMINGS=$LAB_DIR/out/timings.tsv
+TIMINGS=$LAB_OUT/timings.tsv
 T_BUILD=0
 T_GUEST=0
 GOCACHE_STATE=
@@ -59,20 +61,40 @@ image_build() {
 	IMAGE_KERNEL=$(awk -F= '/^kernel_release=/ { print $2 }' "$IMG/info")
 }
 
-# record CMD RUN RESULT [TESTS SLOWEST] appends this run to $TIMINGS:
-# date, command, -test.run, image (cached | built N s), Go cache,
-# seconds to build the binaries, seconds in the guest, total seconds,
-# result, tests passed/failed/skipped, slowest test=seconds, kernel,
-# cores, memory.
+# load_start samples the host's 1-minute load average every 10 s until
+# record; load_mean prints the mean of the samples so far. The machine is
+# shared: a run's time means little without the load it ran under.
+LOAD_SAMPLES=
+load_start() {
+	LOAD_SAMPLES=$(mktemp)
+	(while :; do cut -d' ' -f1 /proc/loadavg; sleep 10; done) >"$LOAD_SAMPLES" 2>/dev/null &
+	LOAD_PID=$!
+	trap 'kill "$LOAD_PID" 2>/dev/null; rm -f "$LOAD_SAMPLES"' EXIT
+}
+load_mean() {
+	awk '{ s += $1; n++ } END { if (n) printf "%.1f", s / n; else printf "-" }' "$LOAD_SAMPLES" 2>/dev/null || echo -
+}
+
+# record CMD RUN RESULT [TESTS SLOWEST [RETRIES [WAIT_RATIO]]] appends
+# this run to $TIMINGS: date, command, -test.run, image (cached | built
+# N s), Go cache, seconds to build the binaries, seconds in the guest,
+# total seconds, result, tests passed/failed/skipped, slowest
+# test=seconds, kernel, cores, memory; then the host's mean load average
+# during the run (with ", N burners" when hack/lab/underload.sh ran CPU
+# burners beside it), the retries the run needed (a finding each) and the
+# smallest ratio of a wait's limit to the time it took.
 record() {
-	local total
+	local total load
 	total=$(secs "$LAB_T0" "$(now)")
+	load=$(load_mean)
+	[ "${LAB_BURNERS:-0}" -gt 0 ] && load="$load, $LAB_BURNERS burners"
 	mkdir -p "$(dirname "$TIMINGS")"
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
 		"$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$1" "$2" "${IMAGE_ACTION:-unknown}" "$GOCACHE_STATE" \
 		"$T_BUILD" "$T_GUEST" "$total" "$3" "${4:--}" "${5:--}" "${IMAGE_KERNEL:-}" "$(nproc)" \
-		"$(awk '/^MemTotal:/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)GiB" >>"$TIMINGS"
-	lab_step "Timing recorded in $TIMINGS: total ${total}s (image ${IMAGE_ACTION:-?}, Go cache $GOCACHE_STATE, builds ${T_BUILD}s, guest ${T_GUEST}s)"
+		"$(awk '/^MemTotal:/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)GiB" \
+		"$load" "${6:--}" "${7:--}" >>"$TIMINGS"
+	lab_step "Timing recorded in $TIMINGS: total ${total}s (image ${IMAGE_ACTION:-?}, Go cache $GOCACHE_STATE, builds ${T_BUILD}s, guest ${T_GUEST}s, host load $load)"
 }
 
 # boot runs boot.sh and adds its wall time to T_GUEST.
@@ -86,7 +108,7 @@ boot() {
 
 # share_dir NAME makes a fresh share with the guest library.
 share_dir() {
-	local d=$LAB_DIR/out/$1
+	local d=$LAB_OUT/$1
 	rm -rf "$d"
 	mkdir -p "$d/bin" "$d/out"
 	cp -r "$LAB_DIR/guest" "$d/guest"
@@ -150,7 +172,7 @@ cmd_lab() {
 }
 
 cmd_e2e() {
-	local run=${1:-.} share img rc=0 tmo=${E2E_TIMEOUT:-3600} t0 log
+	local run=${1:-.} share img rc=0 tmo=${E2E_TIMEOUT:-5400} t0 log
 	image_build
 	img=$IMG
 	share=$(share_dir e2e)
@@ -162,10 +184,10 @@ cmd_e2e() {
 	printf 'exec bash /lab/guest/e2e.sh %q %q\n' "$run" "$tmo" >"$share/job.sh"
 	boot --timeout "${LAB_BOOT_TIMEOUT:-$((tmo + 180))}" --image "$img" "$share" || rc=$?
 	log=$share/out/e2e.log
-	report_e2e "$log" "$rc" || rc=$?
+	report_e2e "$log" "$rc" "$share/out/e2e-records.tsv" || rc=$?
 	record e2e "$run" "$([ "$rc" -eq 0 ] && echo pass || echo fail)" \
 		"$(grep -c '^--- PASS' "$log" 2>/dev/null || true)/$(grep -c '^--- FAIL' "$log" 2>/dev/null || true)/$(grep -c '^--- SKIP' "$log" 2>/dev/null || true)" \
-		"$(slowest_tests "$log")"
+		"$(slowest_tests "$log")" "$(record_count retry "$share/out/e2e-records.tsv")" "$(wait_ratio "$share/out/e2e-records.tsv")"
 	return "$rc"
 }
 
@@ -178,8 +200,8 @@ cmd_soak() {
 	go_build "$share/bin/soak" ./hack/lab/soak
 	printf 'exec bash /lab/guest/soak.sh %q %q\n' "$minutes" "$seed" >"$share/job.sh"
 	# Faults start during MINUTES; setup, the last holds, settling and the
-	# checks take up to about 15 min more.
-	boot --timeout "${LAB_BOOT_TIMEOUT:-$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 1200 }')}" --mem "${LAB_MEM:-3072}" --image "$img" "$share" || rc=$?
+	# checks take up to about 30 min more.
+	boot --timeout "${LAB_BOOT_TIMEOUT:-$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 1800 }')}" --mem "${LAB_MEM:-3072}" --image "$img" "$share" || rc=$?
 	out=$share/out/soak
 	if [ -s "$out/report.json" ]; then
 		lab_step "soak report: $out/report.txt (JSON: report.json, every event: timeline.txt, pathmend's log: pathmend.log)"
@@ -188,7 +210,8 @@ cmd_soak() {
 		[ "$rc" -eq 0 ] && rc=1
 	fi
 	record soak "SOAK_MINUTES=$minutes" "$([ "$rc" -eq 0 ] && echo pass || echo fail)" \
-		"$(soak_faults "$out/report.json")" "$(soak_latencies "$out/report.json")"
+		"$(soak_faults "$out/report.json")" "$(soak_latencies "$out/report.json")" \
+		"$(awk -F'[:,]' '/"retryCount":/ { gsub(/ /, "", $2); print $2; exit }' "$out/report.json" 2>/dev/null || echo -)"
 	return "$rc"
 }
 
@@ -219,10 +242,46 @@ slowest_tests() {
 		sort -rn | awk '{ printf "%s%s=%s", (NR > 1 ? "," : ""), $2, $1 }'
 }
 
-# report_e2e LOG RC prints the outcome on the host: the counts, and the
-# full output of every failing test.
+# record_count KIND RECORDS counts the records of one kind (wait, retry,
+# reread) the e2e tests wrote (e2e/wait_test.go).
+record_count() {
+	if [ -s "$2" ]; then awk -F'\t' -v k="$1" '$1 == k { n++ } END { print n + 0 }' "$2"; else echo 0; fi
+}
+
+# wait_ratio RECORDS prints the smallest ratio of a wait's limit to the
+# time it took ("-" without waits): how close the run came to a limit.
+wait_ratio() {
+	[ -s "$1" ] || { echo -; return; }
+	awk -F'\t' '$1 == "wait" { r = ($4 > 0.05 ? $5 / $4 : $5 / 0.05); if (min == "" || r < min) min = r } END { if (min == "") print "-"; else printf "%.1f", min }' "$1"
+}
+
+# report_records RECORDS LOG prints the flake accounting: every retry
+# with its cause (a finding: the test needed a second try), the rereads
+# by cause, and the three waits that came closest to their limits.
+report_records() {
+	local recs=$1 log=$2
+	[ -s "$recs" ] || return 0
+	if [ "$(record_count retry "$recs")" -gt 0 ]; then
+		echo
+		echo "==================== retries (findings, not passes) ===================="
+		awk -F'\t' '$1 == "retry" { printf "  %s: %s\n", $2, $3 }' "$recs"
+	fi
+	if [ "$(record_count reread "$recs")" -gt 0 ]; then
+		echo "---- rereads (sysfs changed while read), by test"
+		awk -F'\t' '$1 == "reread" { split($2, a, "/"); n[a[1]]++; c[a[1]] = $3 } END { for (k in n) printf "  %s: %d (last: %s)\n", k, n[k], c[k] }' "$recs" | sort
+	fi
+	echo "---- the waits closest to their limits (time taken of the limit)"
+	awk -F'\t' '$1 == "wait" { printf "%.4f\t%s\t%s\t%.1f\t%.0f\n", $4 / $5, $2, $3, $4, $5 }' "$recs" | sort -rn | head -n 3 |
+		awk -F'\t' '{ printf "  %.1f s of %s s (1/%.1f): %s: %s\n", $4, $5, ($4 > 0.05 ? $5 / $4 : $5 / 0.05), $2, $3 }'
+}
+
+# report_e2e LOG RC [RECORDS] prints the outcome on the host: the
+# full output of every failing test, the retries and closest waits, and
+# the summary line: passed at the first try, passed after a retry (each
+# a finding), failed, skipped; retries, rereads, waits and the closest
+# any wait came to its limit.
 report_e2e() {
-	local log=$1 rc=$2 pass fail skip
+	local log=$1 rc=$2 recs=${3:-} pass fail skip retried=0 retries=0 rereads=0 waits=0 ratio=-
 	if [ ! -s "$log" ]; then
 		lab_step "e2e: no test output came back (guest exit $rc)"
 		echo "e2e: 0 passed, 1 failed"
@@ -231,6 +290,16 @@ report_e2e() {
 	pass=$(grep -c '^\s*--- PASS' "$log" || true)
 	fail=$(grep -c '^\s*--- FAIL' "$log" || true)
 	skip=$(grep -c '^\s*--- SKIP' "$log" || true)
+	if [ -n "$recs" ] && [ -s "$recs" ]; then
+		retries=$(record_count retry "$recs")
+		rereads=$(record_count reread "$recs")
+		waits=$(record_count wait "$recs")
+		ratio=$(wait_ratio "$recs")
+		# Passed tests (top level or not) that recorded a retry.
+		retried=$(awk -F'\t' 'FNR == NR { if ($1 == "retry") r[$2] = 1; next }
+			/^\s*--- PASS: / { split($0, f, " "); if (f[3] in r) n++ } END { print n + 0 }' "$recs" "$log")
+		pass=$((pass - retried))
+	fi
 	if [ "$fail" -gt 0 ] || [ "$rc" -ne 0 ]; then
 		echo
 		echo "==================== failing e2e tests ===================="
@@ -243,7 +312,8 @@ report_e2e() {
 		grep -E '^(FAIL|panic:|test timed out)' "$log" || true
 		echo "==========================================================="
 	fi
-	echo "e2e: $pass passed, $fail failed, $skip skipped"
+	[ -n "$recs" ] && report_records "$recs" "$log"
+	echo "e2e: $pass passed, $retried passed after a retry (findings), $fail failed, $skip skipped; $retries retries, $rereads rereads; $waits waits, the closest at 1/$ratio of its limit"
 	if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then
 		lab_step "e2e: the guest run failed (exit $rc) without a failing test: see $log"
 	fi
@@ -283,6 +353,7 @@ main() {
 	local cmd=${1:-}
 	[ $# -gt 0 ] && shift
 	command -v "$GO" >/dev/null || lab_die "go not found (GO=$GO)"
+	load_start
 	lab_host_packages "${LAB_HOST_PACKAGES[@]}"
 	GOCACHE_STATE=$(gocache_state)
 	case $cmd in

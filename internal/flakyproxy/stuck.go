@@ -41,6 +41,10 @@ type StuckOptions struct {
 	Poll time.Duration
 	// Logf, when set, is told how each attempt went.
 	Logf func(format string, args ...any)
+	// Lost, when set, is called with the cause of every attempt that lost
+	// the race, before the next one starts: a caller that counts its
+	// retries (a test suite's flake accounting) learns each one.
+	Lost func(cause string)
 }
 
 // DefaultStuckOptions are the e2e tests' and the soak's.
@@ -76,14 +80,18 @@ func stuck(ctx context.Context, p breaker, s Session, bound func() bool, o Stuck
 	start := time.Now()
 	deadline := start.Add(o.Budget)
 	for i := 1; time.Now().Before(deadline); i++ {
-		won, err := attempt(ctx, p, s, bound, o, deadline, logf)
+		lost, err := attempt(ctx, p, s, bound, o, deadline, logf)
 		if err != nil {
 			p.Pass()
 			return err
 		}
-		if won {
+		if lost == "" {
 			logf("stuck state reached on attempt %d, %s after the first break", i, time.Since(start).Round(time.Second))
 			return nil
+		}
+		logf("attempt %d lost: %s", i, lost)
+		if o.Lost != nil {
+			o.Lost(fmt.Sprintf("attempt %d at the stuck session lost the race: %s", i, lost))
 		}
 	}
 	return fmt.Errorf("no stuck session (open-iscsi #387) within %s: iscsid recovered each time", o.Budget)
@@ -99,7 +107,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func attempt(ctx context.Context, p breaker, s Session, bound func() bool, o StuckOptions, deadline time.Time, logf func(string, ...any)) (bool, error) {
+// attempt makes one attempt; lost is "" when it won, else why it lost.
+func attempt(ctx context.Context, p breaker, s Session, bound func() bool, o StuckOptions, deadline time.Time, logf func(string, ...any)) (lost string, err error) {
 	start := time.Now()
 	p.Break(bound)
 	for leave := start.Add(o.LeaveWait); ; {
@@ -108,10 +117,10 @@ func attempt(ctx context.Context, p breaker, s Session, bound func() bool, o Stu
 			break
 		}
 		if time.Now().After(leave) {
-			return false, fmt.Errorf("the proxied session did not leave LOGGED_IN within %s of the break", o.LeaveWait)
+			return "", fmt.Errorf("the proxied session did not leave LOGGED_IN within %s of the break", o.LeaveWait)
 		}
 		if err := sleep(ctx, o.Poll); err != nil {
-			return false, err
+			return "", err
 		}
 	}
 	_, bound0 := p.Resets()
@@ -124,7 +133,7 @@ func attempt(ctx context.Context, p breaker, s Session, bound func() bool, o Stu
 			break
 		}
 		if err := sleep(ctx, o.Poll); err != nil {
-			return false, err
+			return "", err
 		}
 	}
 	fb0, fu0 := p.Forwards()
@@ -135,23 +144,21 @@ func attempt(ctx context.Context, p breaker, s Session, bound func() bool, o Stu
 		fb, fu := p.Forwards()
 		switch {
 		case present && loggedIn:
-			logf("attempt lost after %s: LOGGED_IN again %s after the portal passed", time.Since(start).Round(time.Second), time.Since(passed).Round(100*time.Millisecond))
-			return false, nil
+			return fmt.Sprintf("LOGGED_IN again %s after the portal passed (%s after the break)", time.Since(passed).Round(100*time.Millisecond), time.Since(start).Round(time.Second)), nil
 		case fb > fb0:
-			logf("attempt lost after %s: a reopen was bound %s after the portal passed (iscsid is logging in)", time.Since(start).Round(time.Second), time.Since(passed).Round(100*time.Millisecond))
-			return false, nil
+			return fmt.Sprintf("a reopen was bound %s after the portal passed: iscsid is logging in (%s after the break)", time.Since(passed).Round(100*time.Millisecond), time.Since(start).Round(time.Second)), nil
 		case fu-fu0 >= 2 && present:
 			all, afterBind := p.Resets()
 			logf("stuck after %s: %s, %d reopens after the portal passed closed without a bind (proxy reset %d connections, %d of them bound)",
 				time.Since(start).Round(time.Second), state, fu-fu0, all, afterBind)
-			return true, nil
+			return "", nil
 		}
 		if err := sleep(ctx, o.Poll); err != nil {
-			return false, err
+			return "", err
 		}
 	}
 	_, _, state := s()
 	all, afterBind := p.Resets()
 	logf("stuck after %s: %s for %s with its portal passing (proxy reset %d connections, %d of them bound)", time.Since(start).Round(time.Second), state, o.SelfRecovery, all, afterBind)
-	return true, nil
+	return "", nil
 }

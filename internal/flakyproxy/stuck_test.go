@@ -3,6 +3,7 @@ package flakyproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -79,17 +80,22 @@ func (f *fakeBreaker) session() (bool, bool, string) {
 func fastOptions(logs *[]string) StuckOptions {
 	return StuckOptions{Budget: 5 * time.Second, BreakFor: 50 * time.Millisecond, LeaveWait: time.Second,
 		SelfRecovery: 200 * time.Millisecond, Poll: time.Millisecond,
-		Logf: func(f string, a ...any) { *logs = append(*logs, f) }}
+		Logf: func(f string, a ...any) { *logs = append(*logs, fmt.Sprintf(f, a...)) }}
 }
 
 func TestStuck_RetriesLostAttemptsUntilOneWins(t *testing.T) {
 	f := &fakeBreaker{outcomes: []string{"lost", "bound", "won"}, loggedIn: true}
-	var logs []string
-	if err := stuck(context.Background(), f, f.session, nil, fastOptions(&logs)); err != nil {
+	var logs, lost []string
+	o := fastOptions(&logs)
+	o.Lost = func(cause string) { lost = append(lost, cause) }
+	if err := stuck(context.Background(), f, f.session, nil, o); err != nil {
 		t.Fatal(err)
 	}
 	if f.breaks != 3 {
 		t.Errorf("%d attempts, want 3", f.breaks)
+	}
+	if len(lost) != 2 || !strings.Contains(lost[0], "attempt 1 ") || !strings.Contains(lost[0], "LOGGED_IN again") || !strings.Contains(lost[1], "a reopen was bound") {
+		t.Errorf("Lost was told %q, want attempt 1 LOGGED_IN again and attempt 2 a reopen bound", lost)
 	}
 	got := strings.Join(logs, "\n")
 	for _, want := range []string{"LOGGED_IN again", "a reopen was bound", "closed without a bind", "reached on attempt"} {

@@ -193,10 +193,14 @@ func New(cfg Config, deps Deps) (*Monitor, error) {
 }
 
 // Run ticks at once (a restarted plugin heals in its first tick) and then
-// every Interval plus jitter, until ctx ends.
+// every Interval plus jitter, until ctx ends. At -v=4 each tick starts with
+// a "Monitor tick" line carrying its number: a property such as "within
+// two ticks" is read from the log in ticks, which stay ticks when a loaded
+// node runs them late.
 func (m *Monitor) Run(ctx context.Context) error {
 	klog.InfoS("Monitor started", "interval", m.cfg.Interval, "mode", m.deps.Policy.Mode())
-	for {
+	for n := uint64(1); ; n++ {
+		klog.V(4).InfoS("Monitor tick", "tick", n)
 		m.Tick(ctx)
 		wait := m.cfg.Interval + time.Duration(rand.Float64()*m.cfg.Jitter*float64(m.cfg.Interval))
 		select {

@@ -217,12 +217,12 @@ nvme_host_delete_all() {
 	for c in /sys/class/nvme/nvme*; do
 		[ -e "$c/delete_controller" ] && echo 1 >"$c/delete_controller" 2>/dev/null || true
 	done
-	lab_wait 20 "all NVMe controllers gone" nvme_none_left
+	lab_wait 60 "all NVMe controllers gone" nvme_none_left
 }
 nvme_none_left() { ! ls /sys/class/nvme/nvme* >/dev/null 2>&1; }
 
 nvme_state_is() { [ "$(cat "/sys/class/nvme/$1/state" 2>/dev/null)" = "$2" ]; }
-nvme_wait_state() { lab_wait "${3:-20}" "$1 to be $2" nvme_state_is "$1" "$2"; }
+nvme_wait_state() { lab_wait "${3:-60}" "$1 to be $2" nvme_state_is "$1" "$2"; }
 
 # ---------------------------------------------------------------- LIO
 
@@ -318,7 +318,7 @@ iscsi_host_start() {
 	mkdir -p /run/lock/iscsi
 	pgrep -x iscsid >/dev/null && return 0
 	iscsid || return
-	lab_wait 10 "iscsid" test -S /run/iscsid.sock -o -n "$(pgrep -x iscsid)"
+	lab_wait 60 "iscsid" test -S /run/iscsid.sock -o -n "$(pgrep -x iscsid)"
 }
 
 iscsi_discover() { timeout 30 iscsiadm -m discovery -t sendtargets -p "$1"; }
@@ -351,7 +351,7 @@ iscsi_session_of() {
 }
 
 iscsi_state_is() { [ "$(cat "/sys/class/iscsi_session/$1/state" 2>/dev/null)" = "$2" ]; }
-iscsi_wait_state() { lab_wait "${3:-60}" "$1 to be $2" iscsi_state_is "$1" "$2"; }
+iscsi_wait_state() { lab_wait "${3:-180}" "$1 to be $2" iscsi_state_is "$1" "$2"; }
 
 # iscsi_disks_of SESSION prints the sdX devices of a session's LUNs.
 iscsi_disks_of() {
@@ -364,13 +364,13 @@ iscsi_disks_of() {
 multipathd_start() {
 	modprobe dm_multipath && modprobe dm_round_robin && modprobe dm_service_time && modprobe scsi_dh_alua || return
 	pgrep -x multipathd >/dev/null || multipathd || return
-	lab_wait 15 "multipathd to answer" multipathd show daemon
+	lab_wait 60 "multipathd to answer" multipathd show daemon
 }
 
 multipathd_stop() {
 	pgrep -x multipathd >/dev/null || return 0
 	multipathd shutdown >/dev/null 2>&1 || true
-	lab_wait 10 "multipathd to stop" sh -c '! pgrep -x multipathd'
+	lab_wait 60 "multipathd to stop" sh -c '! pgrep -x multipathd'
 	multipath -F >/dev/null 2>&1 || true
 	return 0
 }
@@ -390,7 +390,7 @@ nqnproxy_start() {
 	"${LAB_BIN:-/lab/bin}/nqnproxy" -listen "$1" -connect "$2" -host-nqn "$3" -target-nqn "$4" "${hold[@]}" \
 		</dev/null >"$log" 2>&1 &
 	echo $! >>/run/lab/nqnproxy.pids
-	lab_wait 10 "nqnproxy on $1" grep -q 'nqnproxy:' "$log"
+	lab_wait 60 "nqnproxy on $1" grep -q 'nqnproxy:' "$log"
 }
 
 nqnproxy_stop_all() {
@@ -425,7 +425,7 @@ flakyproxy_start() {
 	"${LAB_BIN:-/lab/bin}/flakyproxy" -listen "$1" -connect "$2" -watch-file "$LAB_RUN_DIR/flakyproxy.watch" \
 		</dev/null >"$FLAKY_LOG" 2>&1 &
 	echo $! >"$LAB_RUN_DIR/flakyproxy.pid"
-	lab_wait 10 "flakyproxy on $1" grep -q '^listening' "$FLAKY_LOG"
+	lab_wait 60 "flakyproxy on $1" grep -q '^listening' "$FLAKY_LOG"
 }
 
 flakyproxy_stop() {

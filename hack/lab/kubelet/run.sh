@@ -51,7 +51,7 @@ main() {
 	img=$("$KLAB_DIR/image.sh")
 	k8s=$("$KLAB_DIR/build.sh")
 
-	share=$LAB_DIR/out/kubelet
+	share=$LAB_OUT/kubelet
 	rm -rf "$share"
 	mkdir -p "$share/bin" "$share/out" "$share/deploy"
 	cp -r "$LAB_DIR/guest" "$share/guest"

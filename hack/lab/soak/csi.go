@@ -91,6 +91,7 @@ func (c *co) call(ctx context.Context, what string, v *vol, rpc func(context.Con
 	}
 	a.End = time.Now()
 	if attempts > 1 {
+		a.Attempts, a.FirstErr = attempts, firstErr
 		a.Note = fmt.Sprintf("%d attempts", attempts)
 		if err == nil {
 			a.Note += ", the first: " + firstErr

@@ -77,8 +77,26 @@ func (s *soak) orphansBounded(d time.Duration) []string {
 // unstaged: controllers to the soak's subsystems, sessions to its target,
 // multipath maps, mounts under the kubelet directory, staged-volume
 // records.
+//
+// The kernel finishes a deletion it was asked for after the call that
+// asked returned (a controller's teardown, a session's removal): what is
+// left is read again every second until nothing is, and only what stays
+// for orphanSettle counts.
 func (s *soak) orphans() []string {
-	time.Sleep(3 * time.Second) // the kernel finishes deleting what was asked
+	var out []string
+	for deadline := time.Now().Add(orphanSettle); ; time.Sleep(time.Second) {
+		if out = s.leftOver(); len(out) == 0 || time.Now().After(deadline) {
+			return out
+		}
+	}
+}
+
+// orphanSettle bounds the wait for deletions in flight: they take
+// milliseconds to seconds in the lab, loaded or not.
+const orphanSettle = time.Minute
+
+// leftOver is one read of what the volumes left on the node.
+func (s *soak) leftOver() []string {
 	var out []string
 	sys := sysfs.New("/sys")
 	if h, err := nvme.Read(sys); err != nil {
@@ -130,6 +148,7 @@ func (s *soak) finish(end time.Time, orphans []string) (bool, error) {
 	in := report.Input{
 		Seed: s.cfg.seed, Start: s.start, End: end, Plan: s.plan, Faults: runs, Actions: s.actions,
 		Tracker: s.tracker, Log: lines, ReadOnly: s.readOnly, Orphans: orphans, Kernel: s.kernel,
+		Retries: slices.Clone(s.retries),
 	}
 	for _, v := range s.vols {
 		st := s.state[v.id]

@@ -70,7 +70,7 @@ func (s *soak) runFault(ctx context.Context, f plan.Fault) report.FaultRun {
 		if r.Result == "done" {
 			// On Linux 6.1 a namespace that went away comes back as a new
 			// head: the volume's device is gone for good. Restart its pod.
-			waitFor(ctx, 30*time.Second, func() bool { return s.last().Devices[st.v.id] != "" })
+			waitFor(ctx, 2*time.Minute, func() bool { return s.last().Devices[st.v.id] != "" })
 			s.restageLocked(ctx, st, "recover: its namespace was disabled on the target", nil)
 		}
 		return r
@@ -189,6 +189,7 @@ func (s *soak) stuckSession(ctx context.Context, f plan.Fault, r report.FaultRun
 	o := flakyproxy.DefaultStuckOptions
 	o.Budget = f.Hold
 	o.Logf = func(format string, args ...any) { s.logf("fault #%d: "+format, append([]any{f.ID}, args...)...) }
+	o.Lost = func(cause string) { s.retried(fmt.Sprintf("fault #%d: %s", f.ID, cause)) }
 	session := func() (bool, bool, string) {
 		x, ok := find()
 		return ok, ok && x.State.LoggedIn(), fmt.Sprintf("%s %s", x.ID, x.State)

@@ -43,6 +43,7 @@ type soak struct {
 	tracker  *observe.Tracker
 	kernel   []report.Event
 	readOnly []report.ReadOnly
+	retries  []string
 }
 
 // volState is what the soak keeps of one volume while it runs.
@@ -86,6 +87,15 @@ func (s *soak) record(a report.Action) {
 		e = ": " + a.Err
 	}
 	s.logf("%s %s%s %s", a.What, a.Volume, e, a.Note)
+}
+
+// retried records a step the soak made again, with its cause; the
+// report counts and lists it.
+func (s *soak) retried(cause string) {
+	s.mu.Lock()
+	s.retries = append(s.retries, cause)
+	s.mu.Unlock()
+	s.logf("RETRY: %s", cause)
 }
 
 func (s *soak) logf(format string, args ...any) {
@@ -189,7 +199,7 @@ func (s *soak) run(ctx context.Context) (bool, error) {
 	}
 	faults.Wait()
 	s.logf("every fault undone; settling")
-	s.settle(ctx, 4*time.Minute)
+	s.settle(ctx, 10*time.Minute) // a safety net: it returns once every path is up
 	stopRec()
 	<-recDone
 	stopIO()

@@ -40,7 +40,12 @@ const (
 	colKernel
 	colCores
 	colMem
+	// Columns added later; older lines end at colMem.
+	colLoad    // the host's mean 1-minute load average, ", N burners" under hack/lab/underload.sh
+	colRetries // retries the run needed (e2e: each a finding)
+	colWaitMin // the smallest ratio of a wait's limit to the time it took
 	numCols
+	oldCols = colLoad
 )
 
 const (
@@ -64,8 +69,12 @@ func parseRuns(data string) ([]run, error) {
 			continue
 		}
 		f := strings.Split(line, "\t")
-		if len(f) != numCols {
-			return nil, fmt.Errorf("line %d: %d fields, want %d", n, len(f), numCols)
+		switch len(f) {
+		case numCols:
+		case oldCols:
+			f = append(f, "-", "-", "-")
+		default:
+			return nil, fmt.Errorf("line %d: %d fields, want %d (or %d)", n, len(f), numCols, oldCols)
 		}
 		total, err := strconv.Atoi(f[colTotal])
 		if err != nil {
@@ -104,8 +113,18 @@ func (g group) span() string {
 	return human(lo) + "–" + human(hi)
 }
 
-// label is how a run is named in the table: its make command.
+// label is how a run is named in the table: its make command, marked
+// when CPU burners ran beside it (make e2e-under-load).
 func label(r run) string {
+	if burners(r) {
+		return strings.TrimSuffix(plainLabel(r), "`") + "` under load"
+	}
+	return plainLabel(r)
+}
+
+func burners(r run) bool { return strings.Contains(r.fields[colLoad], "burners") }
+
+func plainLabel(r run) string {
 	switch {
 	case r.fields[colCommand] == "e2e" && r.fields[colRun] != ".":
 		return "`make e2e E2E_RUN='" + r.fields[colRun] + "'`"
@@ -190,6 +209,43 @@ func render(runs []run) string {
 // notes says what a group's runs built and, for e2e, which tests ran and
 // the slowest time each took over the group's runs.
 func notes(g group) string {
+	return strings.Join(append(runNotes(g), loadNotes(g)...), "; ")
+}
+
+// loadNotes gives the host's load during the group's runs, the retries
+// they needed and how close a wait came to its limit.
+func loadNotes(g group) []string {
+	var loads, retries []string
+	minRatio := 0.0
+	for _, r := range g.runs {
+		if l := r.fields[colLoad]; l != "-" {
+			loads = append(loads, strings.SplitN(l, ",", 2)[0])
+		}
+		if x := r.fields[colRetries]; x != "-" {
+			retries = append(retries, x)
+		}
+		if v, err := strconv.ParseFloat(r.fields[colWaitMin], 64); err == nil && (minRatio == 0 || v < minRatio) {
+			minRatio = v
+		}
+	}
+	var parts []string
+	if len(loads) > 0 {
+		l := "host load " + strings.Join(loads, ", ")
+		if burners(g.runs[0]) {
+			l += " (" + strings.TrimSpace(strings.SplitN(g.runs[0].fields[colLoad], ",", 2)[1]) + " at normal priority)"
+		}
+		parts = append(parts, l)
+	}
+	if len(retries) > 0 {
+		parts = append(parts, "retries "+strings.Join(retries, ", "))
+	}
+	if minRatio > 0 {
+		parts = append(parts, fmt.Sprintf("closest wait 1/%.1f of its limit", minRatio))
+	}
+	return parts
+}
+
+func runNotes(g group) []string {
 	var parts []string
 	var builds []string
 	for _, r := range g.runs {
@@ -202,10 +258,10 @@ func notes(g group) string {
 	}
 	switch g.runs[0].fields[colCommand] {
 	case "soak":
-		return strings.Join(append(parts, soakNotes(g)...), "; ")
+		return append(parts, soakNotes(g)...)
 	case "e2e":
 	default:
-		return strings.Join(parts, "; ")
+		return parts
 	}
 	slowest := map[string]float64{}
 	for _, r := range g.runs {
@@ -226,7 +282,7 @@ func notes(g group) string {
 	if len(top) > 0 {
 		parts = append(parts, "slowest (max over the runs): "+strings.Join(top, ", "))
 	}
-	return strings.Join(parts, "; ")
+	return parts
 }
 
 // soakNotes: a soak run records its faults done/skipped/failed where an

@@ -62,6 +62,27 @@ func TestRender_GroupsRunsAndKeepsEachTestsSlowest(t *testing.T) {
 	}
 }
 
+// Lines with the later columns: the host's load, the retries and the
+// closest wait; runs with CPU burners beside them are a row of their own.
+func TestRender_LoadRetriesAndRunsUnderLoad(t *testing.T) {
+	lines := "2026-12-05T10:00:00Z\te2e\t.\tcached\twarm\t10\t600\t620\tpass\t40/0/0\tTestA=100.0\t6.1.0-57-amd64\t2\t24GiB\t0.9\t0\t12.5\n" +
+		"2026-12-05T11:00:00Z\te2e\t.\tcached\twarm\t10\t900\t930\tpass\t40/0/0\tTestA=150.0\t6.1.0-57-amd64\t2\t24GiB\t4.1, 2 burners\t1\t6.0\n" +
+		"2026-12-05T12:00:00Z\te2e\t.\tcached\twarm\t10\t950\t970\tpass\t40/0/0\tTestA=160.0\t6.1.0-57-amd64\t2\t24GiB\t4.3, 2 burners\t0\t5.5\n"
+	runs, err := parseRuns(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := render(runs)
+	for _, want := range []string{
+		"| `make e2e` | cached | warm | 1 | 10.3 min | 1 tests; slowest (max over the runs): TestA 100 s; host load 0.9; retries 0; closest wait 1/12.5 of its limit |",
+		"| `make e2e` under load | cached | warm | 2 | 15.5 min–16.2 min | 1 tests; slowest (max over the runs): TestA 160 s; host load 4.1, 4.3 (2 burners at normal priority); retries 1, 0; closest wait 1/5.5 of its limit |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rendered table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
 func TestParseRuns_RejectsBadLines(t *testing.T) {
 	for _, bad := range []string{"a\tb\n", strings.Replace(sample, "\t104\t", "\tx\t", 1), strings.Replace(sample, "TestB=150.5", "TestB150", 1)} {
 		if _, err := parseRuns(bad); err == nil {

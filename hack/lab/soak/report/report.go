@@ -48,6 +48,11 @@ type Action struct {
 	Volume string `json:"volume,omitempty"`
 	Err    string `json:"err,omitempty"`
 	Note   string `json:"note,omitempty"`
+	// Attempts is how many times a CSI call was made (kubelet retries a
+	// failed one): more than one is a retry the report counts.
+	Attempts int `json:"attempts,omitempty"`
+	// FirstErr is the first attempt's error when there were several.
+	FirstErr string `json:"firstErr,omitempty"`
 }
 
 // Volume is one volume as the report needs it.
@@ -97,6 +102,10 @@ type Input struct {
 	Orphans    []string
 	// Kernel is the storage lines of the kernel log, for the timeline.
 	Kernel []Event
+	// Retries are steps the soak made again besides its CSI calls, each
+	// with its cause (an attempt at a stuck iSCSI session that lost the
+	// race against iscsid).
+	Retries []string
 }
 
 // Event is one line of the timeline.
@@ -187,6 +196,13 @@ type Report struct {
 	Runs          []FaultRun `json:"faultRuns"`
 	Actions       []Action   `json:"actions"`
 	Timeline      []Event    `json:"-"`
+	// Retries is every step made again, with its cause: CSI calls
+	// retried as kubelet retries them (pathmend answered an error a
+	// retry cures: a kill mid-call, a target busy), and the soak's own
+	// retries (Input.Retries). Counted in the verdict line; none fails
+	// the run, each is for a reader to judge.
+	Retries    []string `json:"retries,omitempty"`
+	RetryCount int      `json:"retryCount"`
 }
 
 // ReadOnlyVerdict is a read-only remount and what explains it.
@@ -209,6 +225,14 @@ func Build(in Input) Report {
 	if in.Tracker != nil {
 		r.Samples, r.MaxGap = in.Tracker.Samples, in.Tracker.MaxGap.Seconds()
 	}
+	for _, a := range in.Actions {
+		if a.Attempts > 1 {
+			r.Retries = append(r.Retries, fmt.Sprintf("%s %s at %s: %d attempts; the first failed: %s",
+				a.What, a.Volume, a.At.Sub(in.Start).Round(100*time.Millisecond), a.Attempts, a.FirstErr))
+		}
+	}
+	r.Retries = append(r.Retries, in.Retries...)
+	r.RetryCount = len(r.Retries)
 	for _, f := range in.Faults {
 		inc(r.Faults, string(f.Kind), f.Result)
 	}

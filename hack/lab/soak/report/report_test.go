@@ -246,3 +246,26 @@ func TestBuild_AKernelCrashFailsTheRun(t *testing.T) {
 		t.Errorf("kernel crashes %v, want the BUG and the Oops lines", r.KernelCrashes)
 	}
 }
+
+// Every CSI call made more than once and every retry the soak reports is
+// listed with its cause and counted in the verdict line.
+func TestBuild_CountsRetriesWithTheirCauses(t *testing.T) {
+	tr := observe.NewTracker([]observe.VolumeSpec{volA})
+	tr.Add(sample(0, true, true))
+	in := input(tr)
+	in.Actions = []Action{
+		{At: at(1), What: "stage", Volume: "vol-a"},
+		{At: at(50), What: "stage", Volume: "vol-a", Attempts: 3, FirstErr: "rpc error: code = Unavailable"},
+	}
+	in.Retries = []string{"fault #4: attempt 1 at the stuck session lost the race: LOGGED_IN again"}
+	r := Build(in)
+	want := []string{"stage vol-a at 50s: 3 attempts; the first failed: rpc error: code = Unavailable", in.Retries[0]}
+	if d := cmp.Diff(want, r.Retries); d != "" || r.RetryCount != 2 {
+		t.Errorf("retries (count %d):\n%s", r.RetryCount, d)
+	}
+	var b bytes.Buffer
+	r.Text(&b)
+	if first, _, _ := strings.Cut(b.String(), "\n"); !strings.HasSuffix(first, "; 2 retries") {
+		t.Errorf("verdict line %q does not count the retries", first)
+	}
+}

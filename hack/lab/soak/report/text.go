@@ -26,8 +26,8 @@ func (r Report) Text(w io.Writer) {
 	if !r.Pass {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "soak %s: seed %d, %s from %s (replay: SOAK_SEED=%d)\n\n", verdict, r.Seed,
-		(time.Duration(r.Duration * float64(time.Second))).Round(time.Second), r.Start.UTC().Format(time.RFC3339), r.Seed)
+	fmt.Fprintf(w, "soak %s: seed %d, %s from %s (replay: SOAK_SEED=%d); %d retries\n\n", verdict, r.Seed,
+		(time.Duration(r.Duration * float64(time.Second))).Round(time.Second), r.Start.UTC().Format(time.RFC3339), r.Seed, r.RetryCount)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "must be 0\tvalue")
 	fmt.Fprintf(tw, "data mismatches\t%d\n", r.Checks.DataMismatches)
@@ -37,6 +37,12 @@ func (r Report) Text(w io.Writer) {
 	tw.Flush()
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  FAILED: %s\n", f)
+	}
+	if len(r.Retries) > 0 {
+		fmt.Fprintf(w, "\nretries (each made again, with its cause)\n")
+		for _, x := range r.Retries {
+			fmt.Fprintf(w, "  %s\n", x)
+		}
 	}
 
 	fmt.Fprintln(w, "\nfaults injected")

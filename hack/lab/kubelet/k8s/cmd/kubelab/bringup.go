@@ -229,6 +229,9 @@ func (l *Lab) kubelet() error {
 	}
 	err := l.wait(3*time.Minute, "pathmend in CSINode "+nodeName, l.driverRegistered)
 	l.note("registrar restarted %d times before kubelet accepted the registration", l.registrar.Restarts())
+	if n := l.registrar.Restarts(); n > 0 {
+		l.retried("the registrar was restarted %d times (kubelet refused a registration, as it restarts a DaemonSet's registrar container)", n)
+	}
 	return err
 }
 

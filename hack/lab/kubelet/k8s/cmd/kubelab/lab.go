@@ -31,6 +31,9 @@ type Lab struct {
 	t0                   time.Time
 	memMu                sync.Mutex
 	memMinKiB            int64 // lowest MemAvailable seen
+	// retries are the steps made again, each with its cause: the report
+	// counts them (a finding each, not a pass).
+	retries []string
 }
 
 // Step is one timed part of the scenario. Failures are assertions that
@@ -97,6 +100,17 @@ func (l *Lab) note(format string, args ...any) {
 	if l.cur != nil {
 		l.cur.Notes = append(l.cur.Notes, msg)
 	}
+}
+
+// retried records that part of the current step was made again, and why.
+func (l *Lab) retried(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Printf("    RETRY (a finding, not a pass): %s\n", msg)
+	name := "bring-up"
+	if l.cur != nil {
+		name = l.cur.Name
+	}
+	l.retries = append(l.retries, name+": "+msg)
 }
 
 // check records a failed assertion on the current step unless ok.
@@ -211,6 +225,10 @@ func (l *Lab) report(w io.Writer, runErr error) {
 		fmt.Fprintf(&b, "| %s | %.1f | %s |\n", s.Name, s.Took.Seconds(), strings.ReplaceAll(res, "|", "/"))
 	}
 	fmt.Fprintf(&b, "| **total** (guest, from kubelab's start) | %.1f | %s |\n", total.Seconds(), map[bool]string{true: "ok", false: "FAILED"}[runErr == nil])
+	fmt.Fprintf(&b, "\nRetries: %d (each a finding, not a pass).\n", len(l.retries))
+	for _, r := range l.retries {
+		fmt.Fprintf(&b, "- %s\n", r)
+	}
 	l.memMu.Lock()
 	if l.memMinKiB > 0 {
 		fmt.Fprintf(&b, "\nLowest MemAvailable in the guest: %d MiB.\n", l.memMinKiB/1024)

@@ -502,6 +502,9 @@ fi`, s))
 			return err
 		}
 		stuck = strings.Contains(out, "STUCK")
+		if !stuck && attempt < 3 {
+			l.retried("attempt %d at the stuck iSCSI session lost the race (iscsid relogged %s in by itself)", attempt, s)
+		}
 	}
 	if !stuck {
 		return fmt.Errorf("iscsid relogged %s in by itself in 3 attempts: the stuck state (a race) was not reached", s)
