@@ -92,14 +92,16 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if wasStaged {
 			// A staged device the kernel replaced is unmounted first (or
 			// the call fails while a publication holds it): the volume is
-			// then no longer in place and is staged again.
-			replaced, err := d.clearReplacedStaging(ctx, &prev, att)
+			// then no longer in place and is staged again. Both checks
+			// compare with the devices the volume's transport reads now.
+			health := att.Health(ctx, prev)
+			replaced, err := d.clearReplacedStaging(ctx, &prev, health)
 			if err != nil {
 				return nil, err
 			}
 			inPlace := false
 			if !replaced {
-				if inPlace, err = d.stagedInPlace(ctx, prev); err != nil {
+				if inPlace, err = d.stagedInPlace(ctx, prev, health.Devices); err != nil {
 					return nil, err
 				}
 			}
@@ -455,10 +457,19 @@ func (e *mountUnknown) Unwrap() error { return e.err }
 // device exists — the device the record numbers, when it numbers one: a
 // name the kernel gave to another device since is not it — and, for
 // filesystem access, the volume's mount of it is on top of the staging
-// path. A layer that is not the volume's there is FailedPrecondition
-// naming it. A mount of the volume the record does not name exactly (made
-// before a crash or a restart in a new mount namespace) is recorded.
-func (d *Driver) stagedInPlace(ctx context.Context, rec volume.Record) (bool, error) {
+// path; for block access, it is one of the devices the volume's
+// transport reads now (current). A layer that is not the volume's there
+// is FailedPrecondition naming it. A mount of the volume the record does
+// not name exactly (made before a crash or a restart in a new mount
+// namespace) is recorded.
+//
+// Why block access asks the transport: nothing holds a block volume's
+// device while no pod has it open, so once it is gone — after a reboot,
+// or when every path went for a while — the kernel may give its name and
+// number to another volume's device. A staging mount holds its device,
+// whose number is not reused while it is mounted, and no mount survives
+// a reboot.
+func (d *Driver) stagedInPlace(ctx context.Context, rec volume.Record, current []volume.BlockDevice) (bool, error) {
 	if fi, err := os.Stat(rec.Device); err != nil || fi.Mode()&os.ModeDevice == 0 {
 		if rec.AccessType == volume.AccessBlock || rec.StagingLayer == nil {
 			return false, nil
@@ -476,8 +487,11 @@ func (d *Driver) stagedInPlace(ctx context.Context, rec volume.Record) (bool, er
 		return false, foreignError(rec.VolumeID, c, s)
 	}
 	if rec.AccessType == volume.AccessBlock {
-		_, err := os.Stat(rec.Device)
-		return err == nil, nil
+		n := rec.DevNum
+		if n.IsZero() {
+			n, _ = rdevOf(rec.Device)
+		}
+		return slices.ContainsFunc(current, func(b volume.BlockDevice) bool { return b.Number == n }), nil
 	}
 	top, ok := s.top()
 	if !ok {

@@ -22,12 +22,13 @@ import (
 //     pods must be restarted (their unpublish, then the unstage, let the
 //     next stage mount the new device).
 //
+// health is the volume's condition as its transport reads it now.
 // replaced is true when the volume's staged device was replaced and the
 // stage must attach and stage it again. A volume staged on its current
 // device, or whose devices cannot be told, is left to the usual in-place
 // check (replaced false).
-func (d *Driver) clearReplacedStaging(ctx context.Context, rec *volume.Record, att Attacher) (replaced bool, err error) {
-	c, ok := d.replaced(ctx, *rec, att)
+func (d *Driver) clearReplacedStaging(ctx context.Context, rec *volume.Record, health volume.Condition) (replaced bool, err error) {
+	c, ok := d.replacedBy(*rec, health)
 	if !ok {
 		return false, nil
 	}

@@ -93,11 +93,16 @@ func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c v
 // condition of a volume whose staged device was replaced; ok is false
 // otherwise (also when the mount table cannot be read).
 func (d *Driver) replaced(ctx context.Context, rec volume.Record, att Attacher) (volume.Condition, bool) {
+	return d.replacedBy(rec, att.Health(ctx, rec))
+}
+
+// replacedBy is replaced with the volume's health read already.
+func (d *Driver) replacedBy(rec volume.Record, health volume.Condition) (volume.Condition, bool) {
 	mounts, err := d.mounts()
 	if err != nil {
 		return volume.Condition{}, false
 	}
-	return d.replacedCondition(rec, mounts, att.Health(ctx, rec))
+	return d.replacedCondition(rec, mounts, health)
 }
 
 // StagedDevices returns the device the users of each staged volume in
