@@ -103,17 +103,25 @@ func (t *Table) Children(id int) []Layer {
 	return out
 }
 
-// topAt follows the stack at p from the mount parent: the last mount at p
-// whose parent is parent, then the last one on top of that, and so on.
-// It returns parent when nothing is mounted at p on it.
+// onTop returns the index of the mount at p on the mount cur: the last
+// child of cur mounted at p (the kernel lists a later mount after an
+// earlier one); -1 when none is.
+func (t *Table) onTop(cur int, p string) int {
+	next := -1
+	for _, i := range t.children[t.layers[cur].ID] {
+		if t.layers[i].MountPoint == p {
+			next = i
+		}
+	}
+	return next
+}
+
+// topAt follows the stack at p from the mount parent: the mount at p on
+// parent, then the one on top of that, and so on. It returns parent when
+// nothing is mounted at p on it.
 func (t *Table) topAt(parent int, p string) int {
 	for range len(t.layers) {
-		next := -1
-		for _, i := range t.children[t.layers[parent].ID] {
-			if t.layers[i].MountPoint == p {
-				next = i
-			}
-		}
+		next := t.onTop(parent, p)
 		if next < 0 {
 			return parent
 		}
@@ -179,12 +187,7 @@ func (t *Table) chain(from int, p string, self bool) []Layer {
 	}
 	cur := from
 	for range len(t.layers) {
-		next := -1
-		for _, i := range t.children[t.layers[cur].ID] {
-			if t.layers[i].MountPoint == p {
-				next = i
-			}
-		}
+		next := t.onTop(cur, p)
 		if next < 0 {
 			break
 		}
