@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/pathmend/pathmend/pkg/scrub"
 )
 
 // command is one subcommand of pathmend. The table in commands is the
@@ -68,6 +70,9 @@ func usage(w io.Writer) {
 // Without a command, or with a flag first, it serves (the container's
 // entrypoint passes serve's flags alone).
 func run(args []string, stdout, stderr io.Writer) int {
+	// Nothing leaves the process with a secret it has seen in it: its
+	// output (diagnose's reports) and its log lines, whatever wrote them.
+	stdout, stderr = scrub.Default.Writer(stdout), scrub.Default.Writer(stderr)
 	if len(args) > 0 {
 		switch args[0] {
 		case "-h", "-help", "--help":

@@ -13,9 +13,10 @@
 // a mount or unmount — is a seam: the actor (an RPC, a monitor tick) parks
 // there until the scheduler lets it through, or crashes the whole process
 // there (in-memory state lost, kernel and disk kept; a new process starts
-// over the same state directory, and one restart in four finds a record
-// written by a newer pathmend, as after a rollback, until an operator
-// removes it); the CO's first try of each RPC that settles a volume at
+// over the same state directory, half the time in a new mount namespace
+// whose copy of every mount has a new ID, as a restarted container's, and
+// one restart in four finds a record written by a newer pathmend, as
+// after a rollback, until an operator removes it); the CO's first try of each RPC that settles a volume at
 // quiescence may be crashed too. Locks the actors wait on are channels, so synctest.Wait
 // tells the scheduler when every actor is parked or blocked; actors asleep
 // in a poll let bubble time run until one parks or ends. A schedule is its
@@ -30,7 +31,12 @@
 // unstaging only what it does not see published. The scheduler also runs
 // monitor ticks, moves the clock, and injects faults: an NVMe port lost
 // and back, a controller deleted by the kernel, a namespace disabled and
-// enabled on the target, an iSCSI session failed and recovered.
+// enabled on the target, an iSCSI session failed and recovered; someone
+// else mounting a tmpfs at a recorded path (a staging path, a
+// publication, the kubelet directory above them), on top of the stack
+// there or slid under its top, and an operator unmounting it (umount -l
+// when something is on it). The mount table (pkg/mounts/mountstest) has
+// layers as the kernel's: IDs, parents, devices, roots.
 //
 // Kernel events are a seam too: the fake kernel and host announce every
 // change (pathmend's own included) as the lab's kernel does, the events
@@ -55,14 +61,15 @@
 // records are exactly those the records need (an attaching record kept
 // because its device is in use may keep what it has), every controller is
 // live, every staged volume has all its paths, no record is left
-// detaching, and one left attaching is in use. Throughout: no CHAP secret
-// in any log line, at klog's most verbose level; and between steps,
-// kubelet's health probes (from a random stream of their own, so a seed's
-// scheduling decisions are what they were without them) ask
-// NodeGetVolumeHealth of every volume, and every answer must be what a
-// fresh read of the node gives at that moment (the same statuses, reasons
-// and live paths) or the node model's entry of the volume, read at most
-// the loop's bound (two ticks) ago.
+// detaching, and one left attaching is in use. Throughout: no foreign
+// mount layer is ever unmounted by pathmend; no CHAP secret in any log
+// line, at klog's most verbose level; and between steps, kubelet's health
+// probes (from a random stream of their own, so a seed's scheduling
+// decisions are what they were without them) ask NodeGetVolumeHealth of
+// every volume, and every answer must be what a fresh read of the node
+// gives at that moment (the same statuses, reasons and live paths) or the
+// node model's entry of the volume, read at most the loop's bound (two
+// ticks) ago.
 //
 //	go test ./internal/nodesim -run 'TestSimulation$' -schedules=N [-steps=S] [-first=F] [-seed=X] [-trace]
 //	make sim [SIM_SCHEDULES=N] [SIM_STEPS=S] [SIM_FIRST=F]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/pathmend/pathmend/pkg/volume"
@@ -18,6 +19,8 @@ type faults struct {
 	// phantom is the target of the unreadable record in the state
 	// directory; zero when there is none.
 	phantom volume.Target
+	// foreign counts the foreign mounts made, to name each.
+	foreign int
 }
 
 var nvmePorts = []string{"127.0.0.1:4420", "127.0.0.2:4420"}
@@ -25,11 +28,24 @@ var nvmePorts = []string{"127.0.0.1:4420", "127.0.0.2:4420"}
 // fault injects one kernel fault, or puts or removes the unreadable
 // record: a port lost or back, a controller deleted by the kernel, a
 // namespace disabled or enabled on the target, an iSCSI session failed
-// or recovered.
+// or recovered; or someone else mounts at a recorded path (on top of the
+// stack there or under it), or unmounts what they mounted.
 func (s *sim) fault() {
 	s.dirty = true
 	if s.faults.portDown == nil {
 		s.faults.portDown, s.faults.nsOff = map[string]bool{}, map[string]bool{}
+	}
+	switch s.rng.IntN(8) {
+	case 6:
+		s.foreignMount()
+		return
+	case 7:
+		if fl := s.mounts.ForeignLayers(); len(fl) > 0 {
+			l := fl[s.rng.IntN(len(fl))]
+			s.logf("operator unmounts %s at %s", l.Source, l.MountPoint)
+			s.mounts.RemoveForeign(l.ID)
+		}
+		return
 	}
 	switch s.rng.IntN(6) {
 	case 0, 1:
@@ -169,7 +185,35 @@ func (s *sim) healFaults() {
 	if s.faults.phantom != (volume.Target{}) {
 		s.removePhantom()
 	}
+	for _, l := range s.mounts.ForeignLayers() {
+		s.logf("operator unmounts %s at %s", l.Source, l.MountPoint)
+		s.mounts.RemoveForeign(l.ID)
+	}
 	s.dirty = true
+}
+
+// foreignMount has someone else mount a tmpfs at a random recorded path
+// (a staging path, a publication) or the kubelet directory above them,
+// on top of what is there or slid under it. pathmend must never unmount
+// it (the table reports every unmount of a foreign layer: a violation).
+func (s *sim) foreignMount() {
+	paths := []string{filepath.Join(s.root, "kubelet")}
+	for _, r := range s.records() {
+		paths = append(paths, r.StagingPath)
+		for _, p := range r.Publications {
+			paths = append(paths, p.TargetPath)
+		}
+	}
+	p := paths[s.rng.IntN(len(paths))]
+	if _, err := os.Stat(p); err != nil {
+		return
+	}
+	beneath := s.rng.IntN(2) == 0
+	s.faults.foreign++
+	src := fmt.Sprintf("foreign-%d", s.faults.foreign)
+	s.logf("FAULT someone mounts %s at %s (beneath=%t)", src, p, beneath)
+	s.stats.foreignMounted()
+	s.mounts.Foreign(p, "tmpfs", src, beneath)
 }
 
 // setPhantom sets the phantom's target under the lock actors read it with.

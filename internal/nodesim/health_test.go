@@ -3,6 +3,7 @@ package nodesim
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -72,19 +73,58 @@ func (s *sim) freshCondition(rec volume.Record) volume.Condition {
 			return volume.Condition{Status: volume.Inaccessible, Reason: "NotMounted", Message: fmt.Sprintf("filesystem is not mounted at staging path %s", rec.StagingPath)}
 		}
 	}
+	var c volume.Condition
+	var fsys sysfs.FS
 	if e, ok := nvme.ExpectationFromRecord(rec); ok {
-		h, err := nvme.Read(s.kernel.FS())
+		fsys = s.kernel.FS()
+		h, err := nvme.Read(fsys)
 		if err != nil {
 			s.fail("fresh read: %v", err)
 		}
-		return nvme.ConditionOf(nvme.ReportPaths(h, e))
+		c = nvme.ConditionOf(nvme.ReportPaths(h, e))
+		c.Devices = nvme.CurrentDevices(fsys, h, e)
+	} else {
+		fsys = sysfs.New(s.host.Sys)
+		snap, err := iscsi.Read(fsys, s.clk.Now())
+		if err != nil {
+			s.fail("fresh read: %v", err)
+		}
+		m := iscsi.NewPortalMatcher(context.Background(), nil)
+		c, _ = iscsi.Grade(m, snap, rec.Context.ISCSI, nil)
+		c.Devices = iscsi.CurrentDevices(fsys, snap, m, rec.Context.ISCSI)
 	}
-	snap, err := iscsi.Read(sysfs.New(s.host.Sys), s.clk.Now())
-	if err != nil {
-		s.fail("fresh read: %v", err)
+	if r, ok := s.freshReplaced(rec, fsys, c); ok {
+		return r
 	}
-	c, _ := iscsi.Grade(iscsi.NewPortalMatcher(context.Background(), nil), snap, rec.Context.ISCSI, nil)
 	return c
+}
+
+// freshReplaced is the condition of a filesystem volume whose staging
+// mount (the topmost that is not someone else's) is on a device that is
+// not among the devices its paths lead to now (c's).
+func (s *sim) freshReplaced(rec volume.Record, fsys sysfs.FS, c volume.Condition) (volume.Condition, bool) {
+	if rec.AccessType != volume.AccessMount {
+		return volume.Condition{}, false
+	}
+	infos, err := s.mounts.MountInfo()
+	if err != nil {
+		s.fail("fresh read of the mount table: %v", err)
+	}
+	var ours []volume.Mount
+	for _, m := range driver.MountsOf(infos) {
+		if !s.mounts.IsForeign(m.ID) {
+			ours = append(ours, m)
+		}
+	}
+	if p, err := filepath.EvalSymlinks(rec.StagingPath); err == nil {
+		rec.StagingPath = p
+	}
+	staged, ok := volume.FindStagedDevice(rec, ours, nil)
+	if !ok {
+		return volume.Condition{}, false
+	}
+	_, err = fsys.Stat("dev/block/" + staged.Device.Number.String())
+	return volume.Replaced(rec, staged, c.Devices, err != nil)
 }
 
 // sameHealth compares an answer with a fresh read's: the same statuses

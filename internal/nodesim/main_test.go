@@ -42,6 +42,14 @@ type stats struct {
 	crashes  map[string]int // seam kind → actors killed parked at it ("blocked": on a lock or asleep)
 	events   map[string]int // kernel events delivered, lost, dropped; the loop's decisions, jobs and full reads
 	traces   map[uint64]bool
+	// foreign counts the foreign mounts made at recorded paths.
+	foreign int
+}
+
+func (st *stats) foreignMounted() {
+	st.mu.Lock()
+	st.foreign++
+	st.mu.Unlock()
 }
 
 func newStats() *stats {
@@ -208,6 +216,7 @@ func TestSimulation(t *testing.T) {
 		fmt.Sprintf("kernel events (what: how many): %s", counts(st.events)),
 		fmt.Sprintf("(seam kind, crash) pairs covered: %d of %d seam kinds; distinct traces: %d", len(st.crashes)-boolInt(st.crashes["blocked"] > 0), len(st.releases), len(st.traces)),
 		fmt.Sprintf("log lines checked for the CHAP secret: %d", w.lines.Load()),
+		fmt.Sprintf("foreign mounts made at recorded paths (on top or slid under; unmounting one is a violation): %d", st.foreign),
 		fmt.Sprintf("%d schedules, %d violations", ran.Load(), violations.Load()),
 	}
 	if violations.Load() > 0 {

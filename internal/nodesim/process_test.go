@@ -19,6 +19,8 @@ import (
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/monitor"
+	"github.com/pathmend/pathmend/pkg/mounts"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
@@ -109,7 +111,7 @@ func (s *sim) start() *process {
 	if err != nil {
 		panic(err)
 	}
-	p.mounter = &seamMounter{FakeMounter: s.mounts, p: p}
+	p.mounter = &seamMounter{Table: s.mounts, p: p}
 	tools := &iscsitest.Exec{Handler: func(_ context.Context, argv []string) iscsitest.Result {
 		if argv[0] == "blkid" {
 			return iscsitest.Result{Out: "TYPE=ext4\n"}
@@ -143,6 +145,7 @@ func (s *sim) start() *process {
 			Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: nvmeAtt, volume.TransportISCSI: p.iscsi},
 			Clock:     s.clk,
 			Model:     p.model,
+			MountInfo: s.mounts.MountInfo, UnmountLayer: p.mounter.UnmountLayer, MountNamespace: s.mounts.Namespace,
 		})
 	if err != nil {
 		panic(err)
@@ -230,27 +233,29 @@ func (w seamWriter) WriteAttr(rel, value string) error {
 // seamMounter makes every mount and unmount a seam; the mount table is
 // the node's, shared by every process.
 type seamMounter struct {
-	*mount.FakeMounter
+	*mountstest.Table
 	p *process
 }
 
 func (m *seamMounter) Mount(source, target, fstype string, options []string) error {
 	m.p.point("mount " + target)
-	return m.FakeMounter.Mount(source, target, fstype, options)
+	return m.Table.Mount(source, target, fstype, options)
 }
 
 func (m *seamMounter) MountSensitive(source, target, fstype string, options, sensitive []string) error {
 	m.p.point("mount " + target)
-	return m.FakeMounter.MountSensitive(source, target, fstype, options, sensitive)
+	return m.Table.MountSensitive(source, target, fstype, options, sensitive)
 }
 
 func (m *seamMounter) Unmount(target string) error {
 	m.p.point("unmount " + target)
-	return m.FakeMounter.Unmount(target)
+	return m.Table.Unmount(target)
 }
 
-// newMounts is the node's mount table (FakeMounter locks itself).
-func newMounts() *mount.FakeMounter { return mount.NewFakeMounter(nil) }
+func (m *seamMounter) UnmountLayer(l mounts.Layer) error {
+	m.p.point("unmount " + l.MountPoint)
+	return m.Table.UnmountLayer(l)
+}
 
 // iscsiadm checks an iscsiadm command the scheduler let through: a
 // login or a new node record needs an attaching or staged record listing

@@ -15,13 +15,15 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	mount "k8s.io/mount-utils"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/mounts"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmetest"
+	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/uevent"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -88,7 +90,7 @@ type sim struct {
 	kernel   *nvmetest.Kernel
 	nvme     *nvme.Reader // the scheduler's reader of the NVMe tree
 	host     *iscsitest.Host
-	mounts   *mount.FakeMounter
+	mounts   *mountstest.Table
 	stateDir string
 	root     string
 	gen      int
@@ -183,7 +185,7 @@ func scratch(t *testing.T) string {
 func newSim(t *testing.T, seed uint64, st *stats) *sim {
 	dir := scratch(t)
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), probes: rand.New(rand.NewPCG(seed, 0x2545f4914f6cdd1d)),
-		clk: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), mounts: newMounts(),
+		clk: clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)), mounts: mountstest.New(),
 		stateDir: filepath.Join(dir, "state"), root: dir, wake: make(chan struct{}, 1),
 		live: map[string]counted{}, stats: st, dirty: true, recCacheAt: -1}
 	s.kernel = nvmetest.NewKernelInPlace(filepath.Join(dir, "nvme"), s.clk)
@@ -195,6 +197,14 @@ func newSim(t *testing.T, seed uint64, st *stats) *sim {
 		t.Fatal(err)
 	}
 	s.host.Target, s.host.LUNs = iqnT, []int{0, 1}
+	s.mounts.DevOf = mountstest.SysfsDevices(s.kernel.FS(), sysfs.New(s.host.Sys))
+	// No foreign layer is ever unmounted: not at, on, under or over a
+	// path pathmend recorded, whatever else happens.
+	s.mounts.OnUnmount = func(l mounts.Layer, foreign bool) {
+		if foreign {
+			s.violation("a foreign layer was unmounted: %s at %s", l, l.MountPoint)
+		}
+	}
 	nv := func(id, nqn string, nsid int) *vol {
 		return &vol{id: id, target: volume.Target{Transport: volume.TransportNVMeTCP, Name: nqn}, vc: map[string]string{
 			"transport": "nvme-tcp", "nqn": nqn, "endpoints": "127.0.0.1:4420,127.0.0.2:4420",
@@ -451,6 +461,12 @@ func (s *sim) crashNow() {
 	if !s.quiescing && s.rng.IntN(4) == 0 {
 		s.putPhantom()
 	}
+	if s.rng.IntN(2) == 0 {
+		// The plugin's container restarted: a new mount namespace, whose
+		// copy of every mount has a new ID.
+		s.logf("new mount namespace")
+		s.mounts.NewNamespace()
+	}
 	s.proc = s.start()
 }
 
@@ -548,11 +564,13 @@ func (s *sim) settleCO(v *vol, state *coState, want coState, retry func(*vol)) {
 		*state = unknown // an RPC it never sent settles nothing
 	}
 	for try := 0; *state != want; try++ {
-		if try == 5 && want == done && strings.Contains(v.lastErr, "mount of another device") {
+		if try == 5 && want == done && (strings.Contains(v.lastErr, "mount of another device") || strings.Contains(v.lastErr, "stage it again")) {
 			// The kernel replaced the volume's device (its namespace was
 			// disabled and enabled): the old mount is dead, and the CO
-			// must unstage and stage again (docs/operations.md).
-			s.logf("CO gives up on %s: its device was replaced", v.id)
+			// must unstage and stage again (docs/operations.md). Or an
+			// operator's umount -l of a foreign mount took the volume's
+			// staging mount along: its pods are restarted.
+			s.logf("CO gives up on %s: its device was replaced, or its staging mount is gone", v.id)
 			s.settleCO(v, &v.pub, absent, s.unpublish)
 			s.settleCO(v, &v.stage, absent, s.unstage)
 			return

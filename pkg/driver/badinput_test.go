@@ -100,7 +100,7 @@ func assertUntouched(t *testing.T, env *fakeEnv) {
 	if calls := env.attacher.Calls(); len(calls) != 0 {
 		t.Errorf("attacher called: %v", calls)
 	}
-	if log := env.mounter.GetLog(); len(log) != 0 {
+	if log := env.mounter.Log(); len(log) != 0 {
 		t.Errorf("mounter called: %v", log)
 	}
 	recs, err := env.store.List()
@@ -149,7 +149,7 @@ func TestNodePublish_BadInput(t *testing.T) {
 			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %v naming %s", err, tc.code, tc.want)
 			}
-			if log := env.mounter.GetLog(); len(log) != 0 {
+			if log := env.mounter.Log(); len(log) != 0 {
 				t.Errorf("mounter called: %v", log)
 			}
 			if _, err := os.Stat(req.TargetPath); req.TargetPath != "" && err == nil {

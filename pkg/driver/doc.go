@@ -5,7 +5,9 @@
 // argument checks, the one volume-context parser call (volume context and
 // publish context together), the one error-to-status mapping (ToStatus)
 // and the logging interceptor with its redacted, bounded request dump
-// (redact.go). It owns the node-side lifecycle of a volume: attach through
+// (redact.go), which hands every secret of a request to the process's
+// scrubber (pkg/scrub) before anything runs and scrubs every answer. It
+// owns the node-side lifecycle of a volume: attach through
 // the transport's Attacher, format and mount at the staging path, bind
 // mounts at target paths, stats, condition and online expansion. Just
 // before it formats and mounts a staged device (and again when the mount
@@ -68,13 +70,23 @@
 // it) is waited for at most Config.KernelCallTimeout, then answered
 // Aborted with the volume busy until it returns.
 //
+// Mounts are owned by layer (layers.go): the record names each mount
+// the driver made (Deps.MountInfo reads the table, Deps.MountNamespace
+// says which namespace of which boot its IDs are valid in), and only
+// those are unmounted, one checked layer at a time (Deps.UnmountLayer);
+// any other layer at, on, under, inside or over a volume's path is
+// FailedPrecondition naming it.
+//
 // Invariants: every argument is validated before the host is touched; a
 // request over a CSI limit reaches no handler; a failed NodeStage removes
 // what it created and nothing that existed before it (or keeps its
 // attaching record when it cannot); a record that says what may exist is
-// on disk whenever the kernel has something of a volume; NodeUnpublish and
-// NodeUnstage unmount only the volume's own mounts (owner.go); secrets,
-// and the value of every credential key in any map, never reach a log line
-// or an error; no error repeats more than 64 bytes of a caller's value or
-// key.
+// on disk whenever the kernel has something of a volume, mounts included
+// (a mount's layer is recorded before the mount); a failure after a
+// mount undoes it before the answer; no layer that is not the volume's is
+// ever unmounted, no path removed that NodePublish did not create; a
+// target lies strictly below the kubelet root and apart from the staging
+// path; secrets, and the value of every credential key in any map, never
+// reach a log line or an error; no error repeats more than 64 bytes of a
+// caller's value or key.
 package driver

@@ -142,7 +142,9 @@ func (d *Driver) checkList(name string, fd protoreflect.FieldDescriptor, l proto
 // checkPathField applies the rules of every path a request carries: at
 // most maxPathBytes, no NUL or other control character (no path kubelet
 // makes has one, and a line break would forge lines of the mount table),
-// and, when the driver is confined to the kubelet root, inside it.
+// and, when the driver is confined to the kubelet root, inside it —
+// strictly below it for the paths pathmend mounts at. The comparison is
+// lexical, after cleaning (see within).
 func (d *Driver) checkPathField(name, p string) error {
 	if n := len(p); n > maxPathBytes {
 		return tooLong(name, n, "a path", maxPathBytes)
@@ -156,11 +158,21 @@ func (d *Driver) checkPathField(name, p string) error {
 		// A relative path is refused by the handler, naming the field.
 		return nil
 	}
-	if !within(d.cfg.KubeletRoot, filepath.Clean(p)) {
+	clean := filepath.Clean(p)
+	if !within(d.cfg.KubeletRoot, clean) {
 		return invalidArgument("%s %s is outside the kubelet root directory %s (--kubelet-root)", name, quoteShort(p), d.cfg.KubeletRoot)
+	}
+	if clean == d.cfg.KubeletRoot && mountFields[name] {
+		// A mount over the root would hide every pod volume, plugin
+		// socket and staging mount under it.
+		return invalidArgument("%s %s is the kubelet root directory itself (--kubelet-root); pathmend mounts only strictly below it", name, quoteShort(p))
 	}
 	return nil
 }
+
+// mountFields are the path fields pathmend mounts at: they must lie
+// strictly below the kubelet root.
+var mountFields = map[string]bool{"staging_target_path": true, "target_path": true}
 
 // within reports whether the clean absolute path p is root or below it.
 // It compares names only: symlinks below the root are kubelet's, and a

@@ -238,6 +238,23 @@ func TestDoor_KubeletRoot(t *testing.T) {
 	if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: inside}); err != nil {
 		t.Errorf("unstage inside the kubelet root: %v", err)
 	}
+	// The root itself is no place for a mount: a bind there would hide
+	// every pod volume, plugin socket and staging mount under it.
+	for _, p := range []string{root, root + "/", root + "/pods/.."} {
+		_, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: inside, TargetPath: p,
+			VolumeCapability: blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "kubelet root directory itself") {
+			t.Errorf("publish at %s: %v, want InvalidArgument: the kubelet root itself", p, err)
+		}
+		_, err = node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: p, VolumeContext: nvmeContext(),
+			VolumeCapability: blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "kubelet root directory itself") {
+			t.Errorf("stage at %s: %v, want InvalidArgument: the kubelet root itself", p, err)
+		}
+	}
+	if calls := env.attacher.Calls(); len(calls) != 0 {
+		t.Errorf("the attacher was called: %v", calls)
+	}
 	if _, err := driver.New(driver.Config{DriverName: "d", NodeID: "n", HealMode: "observe", KubeletRoot: "var/lib/kubelet"}, deps); err == nil {
 		t.Error("New accepted a relative kubelet root")
 	}

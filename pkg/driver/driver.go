@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
 	mount "k8s.io/mount-utils"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
 	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -86,9 +88,23 @@ type Deps struct {
 	// Filesystems reads the health of staged filesystems (ext4's error
 	// record, XFS's shutdown); one over SysFS, /proc and stat(2) when nil.
 	Filesystems *fshealth.Reader
-	// MountInfo reads the mount table with each mount's device number;
-	// /proc/self/mountinfo when nil.
+	// MountInfo reads the mount table: every mount with its ID, its
+	// parent's, its device number, root, source and filesystem type;
+	// /proc/self/mountinfo when nil (mounts.ReadInfo).
 	MountInfo func() ([]mount.MountInfo, error)
+	// UnmountLayer unmounts one layer of the mount table, and only when it
+	// is on top of its mount point: NodeUnpublish, NodeUnstage and every
+	// rollback unmount through it, never by path alone. mounts.Unmount
+	// when nil.
+	UnmountLayer func(mounts.Layer) error
+	// MountNamespace says which mount namespace of which boot the mount
+	// IDs MountInfo reads are valid in; mounts.CurrentNamespace when nil.
+	MountNamespace func() (mounts.Namespace, error)
+	// Logger receives the driver's log lines: the gRPC interceptor puts
+	// it into every call's context, and the handlers log through
+	// klog.FromContext. klog's own logger when zero; tests pass one
+	// that writes to their own sink.
+	Logger logr.Logger
 	// Model, when set, is the node model the loop keeps: the health RPCs
 	// answer from it (Config.HealthBound), and NodeGetStorageHealth adds
 	// the node-wide conditions of the loop's last tick (targets and
@@ -188,6 +204,12 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	}
 	if deps.MountInfo == nil {
 		deps.MountInfo = defaultMountInfo
+	}
+	if deps.UnmountLayer == nil {
+		deps.UnmountLayer = mounts.Unmount
+	}
+	if deps.MountNamespace == nil {
+		deps.MountNamespace = mounts.CurrentNamespace
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

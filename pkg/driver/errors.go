@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pathmend/pathmend/pkg/scrub"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -51,14 +52,22 @@ func alreadyExists(format string, args ...any) error {
 	return &codedError{code: codes.AlreadyExists, msg: fmt.Sprintf(format, args...)}
 }
 
+// isCoded reports whether err is one the driver coded with c.
+func isCoded(err error, c codes.Code) bool {
+	var ce *codedError
+	return errors.As(err, &ce) && ce.code == c
+}
+
 // maxQuoted bounds how much of a caller's value an error or a log line
 // repeats: errors end up in Kubernetes events, which keep about a
 // kilobyte.
 const maxQuoted = 64
 
 // quoteShort quotes s, cut to its first maxQuoted bytes and marked when
-// cut.
+// cut. It scrubs s first: a secret cut in two would not be recognised
+// later.
 func quoteShort(s string) string {
+	s = scrub.String(s)
 	if len(s) > maxQuoted {
 		return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf("...(%d bytes)", len(s))
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -206,9 +207,16 @@ func (f *fakeAttacher) Health(_ context.Context, rec volume.Record) volume.Condi
 type fakeEnv struct {
 	driver   *driver.Driver
 	attacher *fakeAttacher
-	mounter  *mount.FakeMounter
+	mounter  *mountstest.Table
 	store    *volume.Store
 	dir      string
+}
+
+// withTable has d read, unmount and scope its mounts through tb (the
+// mounter must be tb, or wrap it).
+func withTable(d driver.Deps, tb *mountstest.Table) driver.Deps {
+	d.MountInfo, d.UnmountLayer, d.MountNamespace = tb.MountInfo, tb.UnmountLayer, tb.Namespace
+	return d
 }
 
 func newFakeEnv(t *testing.T) *fakeEnv {
@@ -219,8 +227,8 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 		t.Fatal(err)
 	}
 	fa := &fakeAttacher{device: filepath.Join(dir, "dev-fake")}
-	fm := mount.NewFakeMounter(nil)
-	d, err := driver.New(testConfig("ext4"), driver.Deps{
+	fm := mountstest.New()
+	d, err := driver.New(testConfig("ext4"), withTable(driver.Deps{
 		SysFS:   sysfs.New(dir),
 		Intents: ownerOf(t, store),
 		Mounter: mount.NewSafeFormatAndMount(fm, utilexec.New()),
@@ -230,16 +238,17 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 			volume.TransportISCSI:   fa,
 		},
 		Clock: clocktesting.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
-	})
+	}, fm))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &fakeEnv{driver: d, attacher: fa, mounter: fm, store: store, dir: dir}
 }
 
-// driver2Mounter returns a fresh fake mounter wrapped for SafeFormatAndMount.
+// driver2Mounter returns env's fake mount table wrapped for
+// SafeFormatAndMount.
 func (e *fakeEnv) driver2Mounter() *mount.SafeFormatAndMount {
-	return mount.NewSafeFormatAndMount(mount.NewFakeMounter(nil), utilexec.New())
+	return mount.NewSafeFormatAndMount(e.mounter, utilexec.New())
 }
 
 func execNew() utilexec.Interface { return utilexec.New() }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
 	mount "k8s.io/mount-utils"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/iscsi"
 	"github.com/pathmend/pathmend/pkg/iscsi/attach"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/nvme"
 	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
@@ -39,7 +41,7 @@ var testHost = fabrics.HostIdentity{NQN: "nqn.2014-08.org.nvmexpress:uuid:000000
 // hookMounter is a fake mount table whose mounts can be made to block or
 // fail, to stop a NodeStage between its attach and its record.
 type hookMounter struct {
-	*mount.FakeMounter
+	*mountstest.Table
 	mu      sync.Mutex
 	onMount func(source, target string) error
 }
@@ -58,14 +60,14 @@ func (m *hookMounter) Mount(source, target, fstype string, options []string) err
 	if err := m.hook(source, target); err != nil {
 		return err
 	}
-	return m.FakeMounter.Mount(source, target, fstype, options)
+	return m.Table.Mount(source, target, fstype, options)
 }
 
 func (m *hookMounter) MountSensitive(source, target, fstype string, options, sensitive []string) error {
 	if err := m.hook(source, target); err != nil {
 		return err
 	}
-	return m.FakeMounter.MountSensitive(source, target, fstype, options, sensitive)
+	return m.Table.MountSensitive(source, target, fstype, options, sensitive)
 }
 
 func (m *hookMounter) set(f func(source, target string) error) {
@@ -97,6 +99,10 @@ type node struct {
 	staging  string
 	mnt      *hookMounter
 	runner   func(func())
+	// logger, when set, is the driver's (Deps.Logger); connector, when
+	// set, connects NVMe instead of the kernel itself.
+	logger    logr.Logger
+	connector nvme.Connector
 
 	store    *volume.Store
 	owner    *intent.Owner
@@ -117,7 +123,7 @@ func newNode(t *testing.T) *node {
 	}
 	host.LUNs = []int{0, 1}
 	n := &node{t: t, clk: clk, kernel: k, host: host, stateDir: filepath.Join(t.TempDir(), "state"), staging: t.TempDir(),
-		mnt: &hookMounter{FakeMounter: mount.NewFakeMounter(nil)}, runner: func(f func()) { f() }}
+		mnt: &hookMounter{Table: mountstest.New()}, runner: func(f func()) { f() }}
 	n.start()
 	return n
 }
@@ -137,7 +143,7 @@ func (n *node) start() {
 		t.Fatal(err)
 	}
 	n.nvmeAtt, err = nvmeattach.NewAttacher(nvmeattach.AttacherConfig{
-		SysFS: n.kernel.FS(), DevRoot: "/dev", Connector: n.kernel, Host: testHost, Mender: n.mender(),
+		SysFS: n.kernel.FS(), DevRoot: "/dev", Connector: n.nvmeConnector(), Host: testHost, Mender: n.mender(),
 		AttachWait: 300 * time.Millisecond, Poll: 5 * time.Millisecond,
 	})
 	if err != nil {
@@ -157,18 +163,27 @@ func (n *node) start() {
 		t.Fatal(err)
 	}
 	ex := fsTools()
-	n.drv, err = driver.New(testConfig("ext4"), driver.Deps{
+	n.mnt.DevOf = mountstest.SysfsDevices(n.kernel.FS(), sysfs.New(n.host.Sys))
+	n.drv, err = driver.New(testConfig("ext4"), withTable(driver.Deps{
 		SysFS: n.kernel.FS(), Intents: n.owner, Exec: ex,
 		Mounter: &mount.SafeFormatAndMount{Interface: n.mnt, Exec: ex},
 		Attachers: map[volume.Transport]driver.Attacher{
 			volume.TransportNVMeTCP: n.nvmeAtt,
 			volume.TransportISCSI:   n.iscsiAtt,
 		},
-		Clock: n.clk,
-	})
+		Clock:  n.clk,
+		Logger: n.logger,
+	}, n.mnt.Table))
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+func (n *node) nvmeConnector() nvme.Connector {
+	if n.connector != nil {
+		return n.connector
+	}
+	return n.kernel
 }
 
 // restart is a kill -9 and a start: what was in memory is gone, the

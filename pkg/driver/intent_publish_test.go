@@ -11,17 +11,18 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/driver"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // crashAfterMount makes its bind mount, then the process dies.
-type crashAfterMount struct{ *mount.FakeMounter }
+type crashAfterMount struct{ *mountstest.Table }
 
 type crashed struct{}
 
 func (m crashAfterMount) Mount(source, target, fstype string, options []string) error {
-	if err := m.FakeMounter.Mount(source, target, fstype, options); err != nil {
+	if err := m.Table.Mount(source, target, fstype, options); err != nil {
 		return err
 	}
 	panic(crashed{})
@@ -36,12 +37,12 @@ func (m crashAfterMount) Mount(source, target, fstype string, options []string) 
 func TestIntent_PublishCrashAfterTheBindMount(t *testing.T) {
 	env := newFakeEnv(t)
 	staging := stageFake(t, env)
-	dying, err := driver.New(testConfig("ext4"), driver.Deps{
+	dying, err := driver.New(testConfig("ext4"), withTable(driver.Deps{
 		SysFS: sysfs.New(env.dir), Intents: ownerOf(t, env.store),
 		Mounter:   mount.NewSafeFormatAndMount(crashAfterMount{env.mounter}, utilexec.New()),
 		Exec:      utilexec.New(),
 		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: env.attacher, volume.TransportISCSI: env.attacher},
-	})
+	}, env.mounter))
 	if err != nil {
 		t.Fatal(err)
 	}

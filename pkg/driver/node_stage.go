@@ -5,20 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
 
 	"github.com/pathmend/pathmend/pkg/intent"
+	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
-
-// maxUnmountLayers bounds the unmount loop of NodeUnstage: mounts stacked on
-// one path by a crashed retry are peeled off one by one.
-const maxUnmountLayers = 8
 
 // NodeStageVolume attaches the volume and, for filesystem access, formats
 // it if blank and mounts it at the staging path. Every argument is
@@ -51,8 +48,19 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, err
 	}
 	defer release()
+	logger := klog.FromContext(ctx)
 
 	if err := checkDir("staging_target_path", staging); err != nil {
+		// A staged volume's staging path a foreign mount hides answers
+		// for that mount.
+		if prev, gerr := d.deps.Intents.Get(volumeID); gerr == nil && prev.StagingPath == staging {
+			if v, lerr := d.layers(); lerr == nil {
+				c := stagingClaim(prev)
+				if s := c.inspect(v); s.foreign != nil {
+					return nil, foreignError(volumeID, c, s)
+				}
+			}
+		}
 		return nil, err
 	}
 	want := volume.Record{
@@ -77,47 +85,53 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 		// A restage keeps the publications: a pod may still have the
 		// volume bind-mounted, and the record is what tells NodePublish,
-		// NodeUnpublish and NodeUnstage so.
+		// NodeUnpublish and NodeUnstage so. It keeps the staging layer
+		// too, until a mount replaces it: a mount an interrupted stage
+		// made is the volume's.
 		want.Publications = prev.Publications
+		want.StagingLayer = prev.StagingLayer
 		if wasStaged {
 			// A staged device the kernel replaced is unmounted first (or
 			// the call fails while a publication holds it): the volume is
-			// then no longer in place and is staged again.
-			replaced, err := d.clearReplacedStaging(ctx, prev, att)
+			// then no longer in place and is staged again. Both checks
+			// compare with the devices the volume's transport reads now.
+			health := att.Health(ctx, prev)
+			replaced, err := d.clearReplacedStaging(ctx, &prev, health)
 			if err != nil {
 				return nil, err
 			}
 			inPlace := false
 			if !replaced {
-				if inPlace, err = d.stagedInPlace(prev); err != nil {
-					return nil, internal(err, "check staged volume %s", volumeID)
+				if inPlace, err = d.stagedInPlace(ctx, prev, health.Devices); err != nil {
+					return nil, err
 				}
 			}
 			if inPlace {
 				// In place, but a filesystem that takes no writes is
 				// unmounted to be checked and mounted again (or the call
 				// fails while a publication holds it).
-				cleared, err := d.clearDamagedStaging(ctx, prev, att)
+				cleared, err := d.clearDamagedStaging(ctx, &prev, att)
 				if err != nil {
 					return nil, err
 				}
 				if !cleared {
-					klog.V(4).InfoS("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
+					logger.V(4).Info("Volume already staged", "volumeID", volumeID, "stagingPath", staging)
 					return &csi.NodeStageVolumeResponse{}, nil
 				}
+				want.StagingLayer = prev.StagingLayer
 			}
 			// Recorded but no longer in place (a node reboot drops mounts
 			// and connections): stage it again; the record stays staged.
-			klog.V(2).InfoS("Restaging recorded volume that is no longer in place", "volumeID", volumeID, "stagingPath", staging)
+			logger.V(2).Info("Restaging recorded volume that is no longer in place", "volumeID", volumeID, "stagingPath", staging)
 		} else {
-			klog.V(2).InfoS("Resuming an interrupted intent", "volumeID", volumeID, "state", prev.State, "since", prev.StateSince)
+			logger.V(2).Info("Resuming an interrupted intent", "volumeID", volumeID, "state", prev.State, "since", prev.StateSince)
 		}
 	case errors.Is(err, volume.ErrNotFound):
 	default:
 		return nil, internal(err, "read record of volume %s", volumeID)
 	}
 
-	a, err := d.attach(ctx, att, want, secrets, hadRecord, wasStaged)
+	a, sawCo, err := d.attach(ctx, att, want, secrets, hadRecord, wasStaged)
 	if err != nil {
 		return nil, err
 	}
@@ -127,20 +141,26 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	// take minutes): the attaching record protects the volume as a
 	// co-tenant meanwhile. A failure undoes what this call created,
 	// under the lease again.
-	fail := func(err error, mounted bool) error {
-		if mounted {
-			if uerr := d.unmount(ctx, volumeID, staging); uerr != nil {
-				klog.ErrorS(uerr, "Rollback: unmount staging path failed", "volumeID", volumeID, "stagingPath", staging)
-				if d.calls.pendingError(volumeID) != nil {
-					// Still in the kernel: the device stays attached
-					// under its attaching record until the unmount
-					// returns; the reconciliation or a retry finishes.
-					return err
-				}
+	var made *mounts.Layer // the staging mount this call made
+	fail := func(err error) error {
+		if made != nil {
+			if uerr := d.unmountLayer(ctx, volumeID, *made); uerr != nil {
+				// Refused, or still in the kernel (the device stays
+				// attached under its attaching record until the unmount
+				// returns; the reconciliation or a retry finishes).
+				logger.Error(uerr, "Rollback: unmount the staging mount failed; keeping the attaching record", "volumeID", volumeID, "stagingPath", staging, "mount", made.ID)
+				return err
 			}
 		}
+		var unknown *mountUnknown
+		if errors.As(err, &unknown) {
+			// The device may be mounted: the record that names the mount
+			// stays, and NodeUnstage releases it.
+			logger.Error(err, "Rollback: the staging path's mounts cannot be told; keeping the record that names the mount", "volumeID", volumeID, "stagingPath", staging)
+			return err
+		}
 		if !wasStaged {
-			d.undo(ctx, att, a, hadRecord)
+			d.undo(ctx, att, a, hadRecord, sawCo)
 		}
 		return err
 	}
@@ -148,12 +168,16 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	// block, published): the attacher checks that it is still the
 	// volume's device to use, or names what took its place.
 	if _, err := d.checkDevice(ctx, att, &want); err != nil {
-		return nil, fail(err, false)
+		return nil, fail(err)
 	}
-	mountedNow := false
 	if vc.access == volume.AccessMount {
-		mountedNow, err = d.mountStaging(want)
-		if err != nil {
+		var prevRec *volume.Record
+		if hadRecord {
+			prevRec = &prev
+		}
+		made, err = d.mountStaging(ctx, &want, prevRec, wasStaged)
+		var unknown *mountUnknown
+		if err != nil && made == nil && !isCoded(err, codes.FailedPrecondition) && !errors.As(err, &unknown) {
 			// The device may have been taken between the check and the
 			// mount (a map assembled over a disk after its mkfs): the
 			// mount then fails busy, and the device that took its place
@@ -163,22 +187,24 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			case cerr != nil:
 				// The check says why the mount failed and whether a
 				// retry may succeed: its code is the answer.
-				return nil, fail(fmt.Errorf("%w (after the mount failed: %v)", cerr, err), false)
+				return nil, fail(fmt.Errorf("%w (after the mount failed: %v)", cerr, err))
 			case !changed:
-				return nil, fail(err, false)
+				return nil, fail(err)
 			}
-			if mountedNow, err = d.mountStaging(want); err != nil {
-				return nil, fail(err, false)
+			if made, err = d.mountStaging(ctx, &want, prevRec, wasStaged); err != nil {
+				return nil, fail(err)
 			}
+		} else if err != nil {
+			return nil, fail(err)
 		}
 	}
 
 	want.State = volume.StateStaged
 	want.StagedAt = d.deps.Clock.Now().UTC()
 	if err := d.deps.Intents.Update(want); err != nil {
-		return nil, fail(internal(err, "record staged volume %s", volumeID), mountedNow)
+		return nil, fail(internal(err, "record staged volume %s", volumeID))
 	}
-	klog.V(2).InfoS("Staged volume", "volumeID", volumeID, "stagingPath", staging, "accessType", vc.access, "fsType", vc.fsType, "device", want.Device)
+	logger.V(2).Info("Staged volume", "volumeID", volumeID, "stagingPath", staging, "accessType", vc.access, "fsType", vc.fsType, "device", want.Device)
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
@@ -187,49 +213,47 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 // record protects it as well), attaches with the target's co-tenants, and
 // records the device in the attaching record. A failed attach is undone
 // here; the record goes only when everything the call created went too.
-func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, secrets volume.Secrets, hadRecord, wasStaged bool) (volume.Attachment, error) {
+//
+// sawCo reports whether the target had other records when the attach
+// began: pathmend's paths of the target were there for their sake, and a
+// co-tenant's teardown may have spared some for this stage (see
+// undoLocked).
+func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, secrets volume.Secrets, hadRecord, wasStaged bool) (a volume.Attachment, sawCo bool, err error) {
 	volumeID := want.VolumeID
 	lease, err := d.deps.Intents.Lock(ctx, want.Target(), "NodeStageVolume "+volumeID)
 	if err != nil {
-		return volume.Attachment{}, err
+		return volume.Attachment{}, false, err
 	}
 	defer lease.Unlock()
 	co, err := lease.CoTenants(volumeID)
 	if err != nil {
-		return volume.Attachment{}, internal(err, "read co-tenants of volume %s", volumeID)
+		return volume.Attachment{}, false, internal(err, "read co-tenants of volume %s", volumeID)
 	}
+	sawCo = len(co.Records) > 0
 	if !wasStaged {
 		want.State = volume.StateAttaching
 		if err := lease.Put(want); err != nil {
-			return volume.Attachment{}, internal(err, "record intent to attach volume %s", volumeID)
+			return volume.Attachment{}, sawCo, internal(err, "record intent to attach volume %s", volumeID)
 		}
 	}
-	a, err := att.Attach(ctx, volume.AttachRequest{VolumeID: volumeID, Context: want.Context, Secrets: secrets, ReadOnly: want.ReadOnly, CoTenants: co})
+	a, err = att.Attach(ctx, volume.AttachRequest{VolumeID: volumeID, Context: want.Context, Secrets: secrets, ReadOnly: want.ReadOnly, CoTenants: co})
 	if err != nil {
 		err = fmt.Errorf("attach volume %s: %w", volumeID, err)
 		if wasStaged {
-			return a, err
+			return a, sawCo, err
 		}
-		if uerr := att.Undo(ctx, a, co); uerr != nil {
-			klog.ErrorS(uerr, "Failed attach: keeping its attaching record until what it created is removed", "volumeID", volumeID, "created", createdString(a))
-			return a, err
-		}
-		if !hadRecord {
-			if derr := lease.Delete(volumeID); derr != nil {
-				klog.ErrorS(derr, "Failed attach: could not remove its attaching record", "volumeID", volumeID)
-			}
-		}
-		return a, err
+		d.undoLocked(ctx, att, a, co, lease, hadRecord, sawCo)
+		return a, sawCo, err
 	}
-	klog.V(2).InfoS("Attached volume", "volumeID", volumeID, "transport", want.Context.Transport, "device", a.Device.Path, "sizeBytes", a.Device.SizeBytes, "created", createdString(a))
+	klog.FromContext(ctx).V(2).Info("Attached volume", "volumeID", volumeID, "transport", want.Context.Transport, "device", a.Device.Path, "sizeBytes", a.Device.SizeBytes, "created", createdString(a))
 	// The number recorded is the device node's, checked against the
 	// kernel's: it is what the staged-device check compares with.
 	num, err := attachedNumber(a.Device)
 	if err != nil {
 		if !wasStaged {
-			d.undoLocked(ctx, att, a, co, lease, hadRecord)
+			d.undoLocked(ctx, att, a, co, lease, hadRecord, sawCo)
 		}
-		return a, err
+		return a, sawCo, err
 	}
 	a.Device.Number = num
 	if !wasStaged {
@@ -237,42 +261,68 @@ func (d *Driver) attach(ctx context.Context, att Attacher, want volume.Record, s
 		if err := lease.Put(want); err != nil {
 			// The attaching record without a device still says what may
 			// exist; undo now rather than mount a device nobody recorded.
-			d.undoLocked(ctx, att, a, co, lease, hadRecord)
-			return a, internal(err, "record device of volume %s", volumeID)
+			d.undoLocked(ctx, att, a, co, lease, hadRecord, sawCo)
+			return a, sawCo, internal(err, "record device of volume %s", volumeID)
 		}
 	}
-	return a, nil
+	return a, sawCo, nil
 }
 
 // undo removes what a's attach created after a later step failed, under
 // the target's lease again, and the attaching record when everything
 // went (and there was no record before the call).
-func (d *Driver) undo(ctx context.Context, att Attacher, a volume.Attachment, hadRecord bool) {
+func (d *Driver) undo(ctx context.Context, att Attacher, a volume.Attachment, hadRecord, sawCo bool) {
 	ctx = context.WithoutCancel(ctx)
 	lease, err := d.deps.Intents.Lock(ctx, a.Context.Target(), "NodeStageVolume rollback "+a.VolumeID)
 	if err != nil {
-		klog.ErrorS(err, "Rollback: cannot take the target; keeping the attaching record", "volumeID", a.VolumeID)
+		klog.FromContext(ctx).Error(err, "Rollback: cannot take the target; keeping the attaching record", "volumeID", a.VolumeID)
 		return
 	}
 	defer lease.Unlock()
 	co, err := lease.CoTenants(a.VolumeID)
 	if err != nil {
-		klog.ErrorS(err, "Rollback: cannot read co-tenants; keeping the attaching record", "volumeID", a.VolumeID)
+		klog.FromContext(ctx).Error(err, "Rollback: cannot read co-tenants; keeping the attaching record", "volumeID", a.VolumeID)
 		return
 	}
-	d.undoLocked(ctx, att, a, co, lease, hadRecord)
+	d.undoLocked(ctx, att, a, co, lease, hadRecord, sawCo)
 }
 
-func (d *Driver) undoLocked(ctx context.Context, att Attacher, a volume.Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord bool) {
+// undoLocked undoes a's attach under the target's lease and removes the
+// attaching record when it was this call's. Paths must never be left that
+// no record names, even when stages of co-tenants fail one after the
+// other:
+//
+//   - while other records of the target remain, the undo may have left
+//     what the attach created for their sake: the attaching record stays
+//     and says so, and NodeUnstage, a retried NodeStage or the
+//     reconciliation removes those paths once no record needs them;
+//   - when other records of the target existed as the attach began (sawCo)
+//     and none is left, their teardown spared the paths this stage
+//     needed, whoever connected them: the target's paths no record needs
+//     go too, as at NodeUnstage.
+//
+// With no record of the target at the attach and none now, only what the
+// attach created goes: what was there before is someone else's.
+func (d *Driver) undoLocked(ctx context.Context, att Attacher, a volume.Attachment, co volume.CoTenants, lease *intent.Lease, hadRecord, sawCo bool) {
 	if err := att.Undo(ctx, a, co); err != nil {
-		klog.ErrorS(err, "Rollback: keeping the attaching record until what the stage created is removed", "volumeID", a.VolumeID, "created", createdString(a))
+		klog.FromContext(ctx).Error(err, "Rollback: keeping the attaching record until what the stage created is removed", "volumeID", a.VolumeID, "created", createdString(a))
 		return
 	}
 	if hadRecord {
 		return // an earlier attempt may have created more: NodeUnstage or the reconciliation finishes it
 	}
+	if a.Created != nil && len(co.Records) > 0 {
+		klog.FromContext(ctx).V(2).Info("Rollback: keeping the attaching record: what the stage created may serve a co-tenant, and goes when no record needs it", "volumeID", a.VolumeID, "created", createdString(a))
+		return
+	}
+	if cur, err := d.deps.Intents.Get(a.VolumeID); err == nil && sawCo && len(co.Records) == 0 && len(co.Unreadable) == 0 {
+		if err := att.Detach(ctx, cur, co); err != nil {
+			klog.FromContext(ctx).Error(err, "Rollback: keeping the attaching record until the paths spared for it are removed", "volumeID", a.VolumeID)
+			return
+		}
+	}
 	if err := lease.Delete(a.VolumeID); err != nil {
-		klog.ErrorS(err, "Rollback: could not remove the attaching record", "volumeID", a.VolumeID)
+		klog.FromContext(ctx).Error(err, "Rollback: could not remove the attaching record", "volumeID", a.VolumeID)
 	}
 }
 
@@ -292,7 +342,7 @@ func (d *Driver) checkDevice(ctx context.Context, att Attacher, rec *volume.Reco
 	if dev.Path == rec.Device && dev.Number == rec.DevNum {
 		return false, nil
 	}
-	klog.V(2).InfoS("Volume's device changed since the attach", "volumeID", rec.VolumeID, "device", rec.Device, "devNum", rec.DevNum, "newDevice", dev.Path, "newDevNum", dev.Number)
+	klog.FromContext(ctx).V(2).Info("Volume's device changed since the attach", "volumeID", rec.VolumeID, "device", rec.Device, "devNum", rec.DevNum, "newDevice", dev.Path, "newDevNum", dev.Number)
 	rec.Device, rec.DevNum = dev.Path, dev.Number
 	cur, err := d.deps.Intents.Get(rec.VolumeID)
 	if err != nil {
@@ -312,51 +362,115 @@ func createdString(a volume.Attachment) string {
 	return a.Created.String()
 }
 
-// mountStaging formats the device if it holds no filesystem and mounts it
-// at the staging path. mounted reports whether this call made the mount.
-func (d *Driver) mountStaging(rec volume.Record) (mounted bool, err error) {
-	notMnt, err := d.deps.Mounter.IsLikelyNotMountPoint(rec.StagingPath)
+// mountStaging formats rec's device if it holds no filesystem and mounts
+// it at the staging path, and sets rec.StagingLayer to the mount. Before
+// the mount it records the layer the mount will show, so that a crash
+// right after it leaves a record that names it. made is the mount when
+// this call made it (nil when the volume's mount of an earlier attempt
+// was there already). The volume's own mount of another device (an
+// interrupted stage's, of a device the kernel replaced since) is
+// unmounted first when the volume was not staged (no pod can hold it);
+// otherwise it is AlreadyExists. Anything else mounted there, or a
+// staging path with content or mounts below it, is FailedPrecondition
+// naming it.
+func (d *Driver) mountStaging(ctx context.Context, rec *volume.Record, prev *volume.Record, wasStaged bool) (made *mounts.Layer, err error) {
+	v, err := d.layers()
 	if err != nil {
-		return false, internal(err, "check staging path %s", rec.StagingPath)
+		return nil, err
 	}
-	if !notMnt {
-		// A mount is already there: the device of an earlier attempt that
-		// crashed before writing its record is accepted; anything else is
-		// not ours to cover.
-		same, err := d.mountedFrom(rec.StagingPath, rec.Device)
-		if err != nil {
-			return false, internal(err, "inspect mount at %s", rec.StagingPath)
-		}
-		if !same {
-			return false, alreadyExists("staging path %s already has a mount of another device", rec.StagingPath)
-		}
-		return false, nil
+	c := stagingClaim(*rec)
+	if prev != nil {
+		// A mount of an earlier attempt, or of the device the volume
+		// was staged with, is the volume's too.
+		pc := stagingClaim(*prev)
+		like := c.like
+		c.rec, c.like = prev.StagingLayer, func(l mounts.Layer) bool { return like(l) || pc.like(l) }
 	}
-	opts := stagingOptions(rec)
+	s := c.inspect(v)
+	if s.foreign != nil {
+		return nil, foreignError(rec.VolumeID, c, s)
+	}
+	if top, ok := s.top(); ok {
+		// The volume's mount of an earlier attempt that crashed before
+		// it recorded it: accepted when it is of the device to stage.
+		if stagedFrom(*rec, top) {
+			rec.StagingLayer = ptr(top.Record(v.ns))
+			return nil, nil
+		}
+		if wasStaged {
+			return nil, alreadyExists("staging path %s already has a mount of another device", rec.StagingPath)
+		}
+		klog.FromContext(ctx).V(2).Info("Unmounting an interrupted stage's mount of another device", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "mount", top.String())
+		if _, err := d.release(ctx, rec.VolumeID, c); err != nil {
+			return nil, err
+		}
+		if v, err = d.layers(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := emptyPlace(v, "staging_target_path", rec.StagingPath, true); err != nil {
+		return nil, err
+	}
+	if err := d.checkContainingMount(v, "staging_target_path", rec.StagingPath); err != nil {
+		return nil, err
+	}
+	cur, err := d.deps.Intents.Get(rec.VolumeID)
+	if err != nil {
+		return nil, internal(err, "read record of volume %s", rec.VolumeID)
+	}
+	cur.StagingLayer = pendingStaging(*rec)
+	if err := d.deps.Intents.Update(cur); err != nil {
+		return nil, internal(err, "record the intent to mount volume %s", rec.VolumeID)
+	}
+	rec.StagingLayer = cur.StagingLayer
+	c.rec = cur.StagingLayer
+	opts := stagingOptions(*rec)
+	mountErr := d.formatOrCheckAndMount(*rec, opts)
+	after, err := d.layers()
+	if err != nil {
+		// The mount cannot be told: the pending layer names it.
+		return nil, &mountUnknown{err}
+	}
+	if ce := (*codedError)(nil); mountErr != nil && !errors.As(mountErr, &ce) {
+		// The check's and the mount's own answers keep their codes.
+		mountErr = internal(mountErr, "format and mount %s at %s", rec.Device, rec.StagingPath)
+	}
+	l, isNew, madeNow := newTop(v, after, c, rec.Device)
+	switch {
+	case mountErr != nil && isNew && madeNow:
+		// A mount that failed after it mounted (a remount) left a layer.
+		return &l, mountErr
+	case mountErr != nil:
+		return nil, mountErr
+	case !isNew || !madeNow:
+		return nil, internal(nil, "after the mount, the top of staging path %s is not a new mount of %s", quoteShort(rec.StagingPath), rec.Device)
+	case !c.ours(after, l):
+		return &l, internal(nil, "after the mount, the top of staging path %s is %s, not the filesystem of %s", quoteShort(rec.StagingPath), l, rec.Device)
+	}
+	rec.StagingLayer = ptr(l.Record(after.ns))
+	klog.FromContext(ctx).V(4).Info("Mounted staging path", "volumeID", rec.VolumeID, "stagingPath", rec.StagingPath, "mount", l.ID)
+	return &l, nil
+}
+
+// formatOrCheckAndMount formats rec's device when it is blank and mounts
+// it (SafeFormatAndMount, which refuses a read-only stage of a blank
+// device); an existing filesystem is checked before a read-write mount, as
+// SafeFormatAndMount does, but a check that fails stops the stage
+// (fscheck.go).
+func (d *Driver) formatOrCheckAndMount(rec volume.Record, opts []string) error {
 	format, err := d.deps.Mounter.GetDiskFormat(rec.Device)
 	if err != nil {
-		return false, internal(err, "read the format of %s", rec.Device)
+		return fmt.Errorf("read the format of %s: %w", rec.Device, err)
 	}
 	if format == "" {
-		// Blank: SafeFormatAndMount makes the filesystem and mounts it
-		// (and refuses a read-only stage of a blank device).
-		if err := d.deps.Mounter.FormatAndMount(rec.Device, rec.StagingPath, rec.FSType, opts); err != nil {
-			return false, internal(err, "format and mount %s at %s", rec.Device, rec.StagingPath)
-		}
-		return true, nil
+		return d.deps.Mounter.FormatAndMount(rec.Device, rec.StagingPath, rec.FSType, opts)
 	}
-	// An existing filesystem is checked before a read-write mount, as
-	// SafeFormatAndMount does, but a check that fails stops the stage
-	// (fscheck.go).
 	if !rec.ReadOnly {
 		if err := d.checkFilesystem(rec, format); err != nil {
-			return false, err
+			return err
 		}
 	}
-	if err := d.mountExisting(rec, format, opts); err != nil {
-		return false, err
-	}
-	return true, nil
+	return d.mountExisting(rec, format, opts)
 }
 
 // stagingOptions are the mount options of rec's staging mount: its mount
@@ -382,39 +496,72 @@ func stagingOptions(rec volume.Record) []string {
 	return opts
 }
 
+// mountUnknown is a failure after which whether the staging path holds
+// the mount the call made cannot be told (the mount table could not be
+// read): nothing is unmounted and the record stays.
+type mountUnknown struct{ err error }
+
+func (e *mountUnknown) Error() string {
+	return "after the mount, the mount table cannot be read: " + e.err.Error()
+}
+
+func (e *mountUnknown) Unwrap() error { return e.err }
+
 // stagedInPlace reports whether a recorded volume is still staged: its
 // device exists — the device the record numbers, when it numbers one: a
 // name the kernel gave to another device since is not it — and, for
-// filesystem access, is what is mounted at the staging path.
-func (d *Driver) stagedInPlace(rec volume.Record) (bool, error) {
+// filesystem access, the volume's mount of it is on top of the staging
+// path; for block access, it is one of the devices the volume's
+// transport reads now (current). A layer that is not the volume's there
+// is FailedPrecondition naming it. A mount of the volume the record does
+// not name exactly (made before a crash or a restart in a new mount
+// namespace) is recorded.
+//
+// Why block access asks the transport: nothing holds a block volume's
+// device while no pod has it open, so once it is gone — after a reboot,
+// or when every path went for a while — the kernel may give its name and
+// number to another volume's device. A staging mount holds its device,
+// whose number is not reused while it is mounted, and no mount survives
+// a reboot.
+func (d *Driver) stagedInPlace(ctx context.Context, rec volume.Record, current []volume.BlockDevice) (bool, error) {
 	if fi, err := os.Stat(rec.Device); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		if rec.AccessType == volume.AccessBlock || rec.StagingLayer == nil {
+			return false, nil
+		}
+	} else if n, ok := rdevOf(rec.Device); ok && !rec.DevNum.IsZero() && n != rec.DevNum {
 		return false, nil
 	}
-	if n, ok := rdevOf(rec.Device); ok && !rec.DevNum.IsZero() && n != rec.DevNum {
-		return false, nil
-	}
-	if rec.AccessType == volume.AccessBlock {
-		return true, nil
-	}
-	notMnt, err := d.deps.Mounter.IsLikelyNotMountPoint(rec.StagingPath)
-	if err != nil || notMnt {
-		return false, nil
-	}
-	return d.mountedFrom(rec.StagingPath, rec.Device)
-}
-
-// mountedFrom reports whether the mount at path is of device: by device
-// number when the mount table and the device node tell it, else by path
-// (symlinks of either resolved).
-func (d *Driver) mountedFrom(path, device string) (bool, error) {
-	if same, known, err := d.sameDevice(path, device); err == nil && known {
-		return same, nil
-	}
-	src, _, err := mountDevice(d.deps.Mounter, path)
+	v, err := d.layers()
 	if err != nil {
 		return false, err
 	}
-	return sameFile(src, device), nil
+	c := stagingClaim(rec)
+	s := c.inspect(v)
+	if s.foreign != nil {
+		return false, foreignError(rec.VolumeID, c, s)
+	}
+	if rec.AccessType == volume.AccessBlock {
+		n := rec.DevNum
+		if n.IsZero() {
+			n, _ = rdevOf(rec.Device)
+		}
+		return slices.ContainsFunc(current, func(b volume.BlockDevice) bool { return b.Number == n }), nil
+	}
+	top, ok := s.top()
+	if !ok {
+		return false, nil
+	}
+	if _, err := os.Stat(rec.Device); err != nil {
+		return false, nil
+	}
+	if !c.exact(v, top) {
+		rec.StagingLayer = ptr(top.Record(v.ns))
+		if err := d.deps.Intents.Update(rec); err != nil {
+			return false, internal(err, "record the staging layer of volume %s", rec.VolumeID)
+		}
+		klog.FromContext(ctx).V(2).Info("Recorded the staging mount of a staged volume", "volumeID", rec.VolumeID, "mount", top.ID)
+	}
+	return true, nil
 }
 
 // stageConflict explains why want cannot be staged over rec, or returns ""
@@ -464,34 +611,20 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err != nil && !errors.Is(err, volume.ErrNotFound) {
 		return nil, internal(err, "read record of volume %s", volumeID)
 	}
-	if hasRecord {
-		if rec.StagingPath != staging {
-			return nil, failedPrecondition("volume %s is staged at %s, not %s", volumeID, rec.StagingPath, staging)
-		}
-		// Detaching under a live publication would pull the device from
-		// under a running pod; the CO must unpublish first.
-		for _, p := range rec.Publications {
-			if mounted, _ := isMountPoint(d.deps.Mounter, p.TargetPath); mounted {
-				return nil, failedPrecondition("volume %s is still published at %s", volumeID, p.TargetPath)
-			}
-		}
-	}
 	if !hasRecord {
-		if err := d.unstageUnrecorded(volumeID, staging); err != nil {
+		if err := d.unstageUnrecorded(ctx, volumeID, staging); err != nil {
 			return nil, err
 		}
 		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
+	if rec.StagingPath != staging {
+		return nil, failedPrecondition("volume %s is staged at %s, not %s", volumeID, rec.StagingPath, staging)
 	}
 	att, err := d.attacher(rec.Context.Transport)
 	if err != nil {
 		return nil, err
 	}
-	// An unmount of a read-write filesystem with no live path would wait
-	// in the kernel for the paths (stall.go): decided before it starts.
-	if err := d.stallCheckNow(ctx, rec, att, staging, "an unmount"); err != nil {
-		return nil, err
-	}
-	if err := d.unmountAll(ctx, volumeID, staging); err != nil {
+	if err := d.releaseStaging(ctx, rec, att); err != nil {
 		return nil, err
 	}
 	lease, err := d.deps.Intents.Lock(ctx, rec.Target(), "NodeUnstageVolume "+volumeID)
@@ -518,27 +651,39 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err := lease.Delete(volumeID); err != nil {
 		return nil, internal(err, "remove record of volume %s", volumeID)
 	}
-	klog.V(2).InfoS("Unstaged volume", "volumeID", volumeID, "stagingPath", staging, "device", rec.Device)
+	klog.FromContext(ctx).V(2).Info("Unstaged volume", "volumeID", volumeID, "stagingPath", staging, "device", rec.Device)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// unmountAll unmounts path until nothing is mounted there, each unmount
-// a kernel call of volume volumeID (kernel_calls.go). A path that does not
-// exist is already unmounted.
-func (d *Driver) unmountAll(ctx context.Context, volumeID, path string) error {
-	for range maxUnmountLayers {
-		mounted, err := isMountPoint(d.deps.Mounter, path)
-		if err != nil {
-			return internal(err, "check mount at %s", path)
+// releaseStaging unmounts the volume's staging mount before a detach.
+// Detaching under a live publication would pull the device from under a
+// running pod: the CO must unpublish first. A layer that is not the
+// volume's at the staging path refuses the unstage with
+// FailedPrecondition naming it; nothing is unmounted then. An unmount of
+// a read-write filesystem with no live path would wait in the kernel for
+// the paths (stall.go): that is decided before it starts.
+func (d *Driver) releaseStaging(ctx context.Context, rec volume.Record, att Attacher) error {
+	v, err := d.layers()
+	if err != nil {
+		return err
+	}
+	for _, p := range rec.Publications {
+		if publishedAt(rec, p, v) {
+			return failedPrecondition("volume %s is still published at %s", rec.VolumeID, p.TargetPath)
 		}
-		if !mounted {
-			return nil
-		}
-		if err := d.unmount(ctx, volumeID, path); err != nil {
+	}
+	c := stagingClaim(rec)
+	s := c.inspect(v)
+	if s.foreign != nil {
+		return foreignError(rec.VolumeID, c, s)
+	}
+	if _, ok := s.top(); ok {
+		if err := d.stallCheckNow(ctx, rec, att, rec.StagingPath, "an unmount"); err != nil {
 			return err
 		}
 	}
-	return internal(nil, "%s still mounted after %d unmounts", path, maxUnmountLayers)
+	_, err = d.release(ctx, rec.VolumeID, c)
+	return err
 }
 
 // checkDir requires path to be an existing directory.
@@ -555,26 +700,12 @@ func checkDir(field, path string) error {
 	return nil
 }
 
-// sameFile reports whether a and b name the same file after resolving
-// symlinks (/dev/disk/by-id links, /dev/mapper names).
-func sameFile(a, b string) bool {
-	ra, errA := filepath.EvalSymlinks(a)
-	rb, errB := filepath.EvalSymlinks(b)
-	if errA != nil || errB != nil {
-		return a == b
-	}
-	return ra == rb
-}
-
-// unmount unmounts the topmost mount at path as a kernel call of volume
-// volumeID: waited for at most the kernel-call bound, Aborted past it
-// (the unmount goes on in the kernel and the volume stays busy until it
+// unmountLayer unmounts layer l (Deps.UnmountLayer) as a kernel call of
+// volume volumeID: waited for at most the kernel-call bound, Aborted past
+// it (the unmount goes on in the kernel and the volume stays busy until it
 // returns).
-func (d *Driver) unmount(ctx context.Context, volumeID, path string) error {
-	return d.calls.run(ctx, volumeID, "the unmount of "+path, func() error {
-		if err := d.deps.Mounter.Unmount(path); err != nil {
-			return internal(err, "unmount %s", path)
-		}
-		return nil
+func (d *Driver) unmountLayer(ctx context.Context, volumeID string, l mounts.Layer) error {
+	return d.calls.run(ctx, volumeID, "the unmount of "+l.MountPoint, func() error {
+		return d.deps.UnmountLayer(l)
 	})
 }

@@ -61,6 +61,13 @@ func (d *Driver) lookupVolumeAt(volumeID, path string) (volume.Record, os.FileIn
 		return volume.Record{}, nil, internal(err, "read record of volume %s", volumeID)
 	}
 	recorded := path == rec.StagingPath || slices.ContainsFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == path })
+	if recorded {
+		// A layer that is not the volume's at, on or over a recorded
+		// path answers for itself, even when it hides the path.
+		if _, err := d.volumeOnTop(rec, path); err != nil {
+			return volume.Record{}, nil, err
+		}
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case recorded && errors.Is(err, syscall.EIO):
@@ -133,6 +140,9 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		return d.stallCheck(rec, paths, d.readMountTable(), mountPoint, op)
 	}
 	if rec.AccessType == volume.AccessBlock {
+		if _, err := d.volumeOnTop(rec, path); err != nil {
+			return nil, err
+		}
 		if err := stallCheck("", "an open of its device"); err != nil {
 			return nil, err
 		}
@@ -147,9 +157,9 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		}
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
 	}
-	mounted, err := isMountPoint(d.deps.Mounter, path)
+	mounted, err := d.volumeOnTop(rec, path)
 	if err != nil {
-		return nil, internal(err, "check mount at %s", path)
+		return nil, err
 	}
 	if !mounted {
 		return nil, notFound("filesystem of volume %s is not mounted at %s", volumeID, path)
@@ -178,6 +188,33 @@ func kernelCallError(err error, format string, args ...any) error {
 		return err
 	}
 	return internal(err, format, args...)
+}
+
+// volumeOnTop reports whether the volume's layer is the top of path, its
+// staging path or one of its publications: a path where a layer that is
+// not the volume's stands is FailedPrecondition naming it (its usage is
+// not the volume's; a grow there would grow something else). A path the
+// record does not name (a block volume's device node elsewhere) reports
+// false.
+func (d *Driver) volumeOnTop(rec volume.Record, path string) (bool, error) {
+	v, err := d.layers()
+	if err != nil {
+		return false, err
+	}
+	var c claim
+	switch i := slices.IndexFunc(rec.Publications, func(p volume.Publication) bool { return p.TargetPath == path }); {
+	case path == rec.StagingPath:
+		c = stagingClaim(rec)
+	case i >= 0:
+		c = publicationClaim(rec, rec.Publications[i], v)
+	default:
+		return false, nil
+	}
+	s := c.inspect(v)
+	if s.foreign != nil {
+		return false, foreignError(rec.VolumeID, c, s)
+	}
+	return len(s.stack) > 0, nil
 }
 
 // fsUsage reports bytes and inodes of the filesystem mounted at path.
@@ -234,6 +271,20 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if err != nil {
 		return nil, err
 	}
+	// The filesystem grows at its mount point (xfs_growfs takes the
+	// path): the volume's mounts must be on top of both paths.
+	if _, err := d.volumeOnTop(rec, path); err != nil {
+		return nil, err
+	}
+	if rec.AccessType == volume.AccessMount && path != rec.StagingPath {
+		mounted, err := d.volumeOnTop(rec, rec.StagingPath)
+		if err != nil {
+			return nil, err
+		}
+		if !mounted {
+			return nil, failedPrecondition("volume %s is not mounted at its staging path %s: stage it again before it is expanded", volumeID, quoteShort(rec.StagingPath))
+		}
+	}
 	// The rescan and the grow read and write the device: with no live
 	// path they would wait in the kernel (stall.go).
 	mountPoint := ""
@@ -261,7 +312,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 				if _, err := resizer.Resize(rec.Device, rec.StagingPath); err != nil {
 					return internal(err, "grow filesystem of volume %s", volumeID)
 				}
-				klog.V(2).InfoS("Grew filesystem", "volumeID", volumeID, "device", rec.Device, "sizeBytes", size)
+				klog.FromContext(ctx).V(2).Info("Grew filesystem", "volumeID", volumeID, "device", rec.Device, "sizeBytes", size)
 			}
 			return nil
 		})

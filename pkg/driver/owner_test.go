@@ -2,7 +2,6 @@ package driver_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +10,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
-	mount "k8s.io/mount-utils"
 
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -31,22 +30,24 @@ func stageFake(t *testing.T, env *fakeEnv) string {
 	return staging
 }
 
-func mountedAt(m *mount.FakeMounter, path string) bool {
+func mountedAt(m *mountstest.Table, path string) bool {
 	mnt, _ := m.IsMountPoint(path)
 	return mnt
 }
 
 // TestUnmount_OnlyWhatIsOurs: NodeUnpublishVolume and NodeUnstageVolume
-// unmount a path only when it is the volume's; any other mount is refused
-// with FailedPrecondition and left in place with what is under it, and a
-// path with nothing mounted is left alone and answered OK.
+// unmount only the layers the volume's record names; at a path the record
+// does not name, any mount is refused with FailedPrecondition and left in
+// place with what is under it (a publication is recorded before its bind,
+// so pathmend never made one there), and a path with nothing mounted is
+// left alone and answered OK.
 func TestUnmount_OnlyWhatIsOurs(t *testing.T) {
 	ctx := context.Background()
 	t.Run("unpublish: a foreign mount at the target of a staged volume", func(t *testing.T) {
 		env := newFakeEnv(t)
 		stageFake(t, env)
 		target := mkdir(t, env.dir, "foreign")
-		env.mounter.MountPoints = append(env.mounter.MountPoints, mount.MountPoint{Device: "tmpfs", Path: target, Type: "tmpfs"})
+		env.mounter.Foreign(target, "tmpfs", "tmpfs", false)
 		_, err := env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target})
 		wantCode(t, err, codes.FailedPrecondition)
 		if !mountedAt(env.mounter, target) {
@@ -59,7 +60,7 @@ func TestUnmount_OnlyWhatIsOurs(t *testing.T) {
 	t.Run("unpublish: a foreign mount, no record", func(t *testing.T) {
 		env := newFakeEnv(t)
 		target := mkdir(t, env.dir, "foreign")
-		env.mounter.MountPoints = append(env.mounter.MountPoints, mount.MountPoint{Device: "tmpfs", Path: target, Type: "tmpfs"})
+		env.mounter.Foreign(target, "tmpfs", "tmpfs", false)
 		_, err := env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-x", TargetPath: target})
 		wantCode(t, err, codes.FailedPrecondition)
 		if !mountedAt(env.mounter, target) {
@@ -78,34 +79,28 @@ func TestUnmount_OnlyWhatIsOurs(t *testing.T) {
 			t.Errorf("an unmounted path that is no publication was removed: %v", err)
 		}
 	})
-	t.Run("unpublish: an unrecorded bind of the staging mount is ours", func(t *testing.T) {
-		// A NodePublish that crashed between its bind and its record.
-		env := newFakeEnv(t)
-		staging := stageFake(t, env)
-		target := mkdir(t, env.dir, "pod", "mount")
-		env.mounter.MountPoints = append(env.mounter.MountPoints, mount.MountPoint{Device: staging, Path: target, Type: "none", Opts: []string{"bind"}})
-		ok(t)(env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}))
-		if mountedAt(env.mounter, target) {
-			t.Error("the volume's bind is still mounted")
-		}
-		if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the target made for the bind is still there: %v", err)
-		}
-	})
-	t.Run("unpublish: an unrecorded mount of the volume's device is ours", func(t *testing.T) {
+	t.Run("unpublish: an unrecorded bind of the device node is not the volume's", func(t *testing.T) {
+		// NodePublish records a publication before its bind: a bind the
+		// record does not name was made by someone else.
 		env := newFakeEnv(t)
 		stageFake(t, env)
-		target := mkdir(t, env.dir, "pod", "dev")
-		env.mounter.MountPoints = append(env.mounter.MountPoints, mount.MountPoint{Device: env.attacher.device, Path: target, Type: "ext4"})
-		ok(t)(env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}))
-		if mountedAt(env.mounter, target) {
-			t.Error("the volume's mount is still mounted")
+		target := filepath.Join(mkdir(t, env.dir, "pod"), "dev")
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.mounter.Mount(env.attacher.device, target, "", []string{"bind"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target})
+		wantCode(t, err, codes.FailedPrecondition)
+		if !mountedAt(env.mounter, target) {
+			t.Error("the bind no record names was unmounted")
 		}
 	})
 	t.Run("unstage: a mount at the staging path of a volume without a record", func(t *testing.T) {
 		env := newFakeEnv(t)
 		staging := mkdir(t, env.dir, "staging")
-		env.mounter.MountPoints = append(env.mounter.MountPoints, mount.MountPoint{Device: "tmpfs", Path: staging, Type: "tmpfs"})
+		env.mounter.Foreign(staging, "tmpfs", "tmpfs", false)
 		_, err := env.driver.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-x", StagingTargetPath: staging})
 		wantCode(t, err, codes.FailedPrecondition)
 		if !mountedAt(env.mounter, staging) {
@@ -175,8 +170,8 @@ func TestPublish_ContextMustMatchTheStagedOne(t *testing.T) {
 // TestUnmount_ForeignTmpfsLeftAlone is the hostile case on real mounts: a
 // tmpfs mounted somewhere else, handed to NodeUnpublishVolume and
 // NodeUnstageVolume as the path of a staged volume, stays mounted with its
-// content; the volume's own unrecorded bind (a crashed NodePublish) and
-// block publication are recognised by device and unmounted.
+// content; so do a bind of the volume's staging mount and of its device
+// node that no record names (NodePublish records before it binds).
 func TestUnmount_ForeignTmpfsLeftAlone(t *testing.T) {
 	requireMounts(t)
 	ctx := context.Background()
@@ -191,10 +186,7 @@ func TestUnmount_ForeignTmpfsLeftAlone(t *testing.T) {
 	})
 
 	foreign := mkdir(t, dir, "foreign")
-	if out, err := exec.Command("mount", "-t", "tmpfs", "tmpfs", foreign).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", foreign).Run() })
+	mountstest.Tmpfs(t, foreign, "tmpfs")
 	if err := os.WriteFile(filepath.Join(foreign, "data"), []byte("not pathmend's"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -207,20 +199,22 @@ func TestUnmount_ForeignTmpfsLeftAlone(t *testing.T) {
 	}
 
 	// A bind of the staging mount that no record lists.
-	crashed := mkdir(t, dir, "pods", "crashed")
-	if out, err := exec.Command("mount", "--bind", staging, crashed).CombinedOutput(); err != nil {
+	bound := mkdir(t, dir, "pods", "bound")
+	if out, err := exec.Command("mount", "--bind", staging, bound).CombinedOutput(); err != nil {
 		t.Fatalf("bind: %v: %s", err, out)
 	}
-	ok(t)(env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.VolumeId, TargetPath: crashed}))
-	if mnt, _ := env.mounter.IsMountPoint(crashed); mnt {
-		t.Error("the volume's unrecorded bind is still mounted")
+	t.Cleanup(func() { mountstest.UnmountAll(bound) })
+	_, err = env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.VolumeId, TargetPath: bound})
+	wantCode(t, err, codes.FailedPrecondition)
+	if mnt, _ := env.mounter.IsMountPoint(bound); !mnt {
+		t.Error("a bind no record names was unmounted")
 	}
 	rec, err := env.store.Get(vol.VolumeId)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The device node bound onto a file, as a block publication is, that
-	// no record lists: recognised by its device number.
+	// no record lists.
 	blockTarget := filepath.Join(dir, "pods", "block")
 	if err := os.WriteFile(blockTarget, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -228,8 +222,10 @@ func TestUnmount_ForeignTmpfsLeftAlone(t *testing.T) {
 	if out, err := exec.Command("mount", "--bind", rec.Device, blockTarget).CombinedOutput(); err != nil {
 		t.Fatalf("bind device: %v: %s", err, out)
 	}
-	ok(t)(env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.VolumeId, TargetPath: blockTarget}))
-	if _, err := os.Stat(blockTarget); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("block target still there: %v", err)
+	t.Cleanup(func() { mountstest.UnmountAll(blockTarget) })
+	_, err = env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.VolumeId, TargetPath: blockTarget})
+	wantCode(t, err, codes.FailedPrecondition)
+	if _, err := os.Stat(blockTarget); err != nil {
+		t.Errorf("block target removed: %v", err)
 	}
 }

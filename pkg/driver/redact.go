@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/pathmend/pathmend/pkg/scrub"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -133,12 +134,62 @@ func redactValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
 	return v.Interface()
 }
 
-// cut returns s, or its first n bytes marked with the full length.
+// cut returns s, or its first n bytes marked with the full length. It
+// scrubs s first: a secret cut in two would not be recognised later.
 func cut(s string, n int) string {
+	s = scrub.String(s)
 	if len(s) <= n {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("...(%d bytes)", len(s))
+}
+
+// registerSecrets hands the scrubber every secret value of a request:
+// each value of a field csi.proto marks csi_secret (the secrets maps),
+// and the value of every credential key (volume.IsCredentialKey) of any
+// other map, in the request and in every message in it.
+func registerSecrets(set *scrub.Set, m protoreflect.Message) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap() && fd.MapValue().Kind() == protoreflect.StringKind:
+			secret := isCSISecret(fd)
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				if secret || volume.IsCredentialKey(k.String()) {
+					set.Add(secretKind(k.String()), mv.String())
+				}
+				return true
+			})
+		case fd.IsMap() && fd.MapValue().Kind() == protoreflect.MessageKind:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				registerSecrets(set, mv.Message())
+				return true
+			})
+		case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+			for i := range v.List().Len() {
+				registerSecrets(set, v.List().Get(i).Message())
+			}
+		case !fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+			registerSecrets(set, v.Message())
+		}
+		return true
+	})
+}
+
+// secretKind is what the value of a secrets key is, by the contract.
+func secretKind(k string) scrub.Kind {
+	switch k {
+	case "chapUsername":
+		return scrub.CHAPUser
+	case "chapPassword":
+		return scrub.CHAPPassword
+	case "chapUsernameIn":
+		return scrub.MutualCHAPUser
+	case "chapPasswordIn":
+		return scrub.MutualCHAPPassword
+	case "dhchapSecret", "dhchapCtrlSecret":
+		return scrub.DHCHAPKey
+	}
+	return scrub.RequestSecret
 }
 
 func isCSISecret(fd protoreflect.FieldDescriptor) bool {

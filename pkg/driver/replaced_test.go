@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,4 +157,66 @@ func syncFS(t *testing.T, path string) {
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStage_ABlockVolumeWhoseDeviceNumberAnotherDeviceTookIsStagedAgain:
+// nothing holds a block volume's device while no pod has it open; after
+// a reboot (or once every path went) its device is gone and the kernel
+// may give its name and number to another device. kubelet's NodeStage
+// must then attach the volume again, never answer "already staged" and
+// let NodePublish bind the other device into the pod.
+func TestStage_ABlockVolumeWhoseDeviceNumberAnotherDeviceTookIsStagedAgain(t *testing.T) {
+	requireMounts(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	env := newTestEnv(t, dir, "ext4")
+	vol := env.createVolume(t, "block-reused", 64<<20)
+	staging := mkdir(t, dir, "staging")
+	cap := blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	stage := &csi.NodeStageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeCapability: cap, VolumeContext: vol.VolumeContext}
+	ok(t)(env.driver.NodeStageVolume(ctx, stage))
+	rec, err := env.store.Get(vol.VolumeId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := rec.Device
+
+	// The volume's device goes, and another file takes its loop device
+	// (a loop device's node keeps its name and number: 7:N).
+	if out, err := exec.Command("losetup", "-d", old).CombinedOutput(); err != nil {
+		t.Fatalf("losetup -d %s: %v: %s", old, err, out)
+	}
+	other := filepath.Join(dir, "other")
+	if err := os.WriteFile(other, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("losetup", old, other).CombinedOutput(); err != nil {
+		// Another process's loop device took it first: the same case.
+		t.Logf("losetup %s %s: %v: %s", old, other, err, out)
+	} else {
+		t.Cleanup(func() { _ = exec.Command("losetup", "-d", old).Run() })
+	}
+	if n, _ := volume.NodeNumber(old); n != rec.DevNum {
+		t.Fatalf("%s is now %s, want the volume's old number %s", old, n, rec.DevNum)
+	}
+
+	attaches := env.attacher.Attaches
+	ok(t)(env.driver.NodeStageVolume(ctx, stage))
+	if env.attacher.Attaches != attaches+1 {
+		t.Errorf("NodeStage answered without attaching the volume again (%d attaches, want %d)", env.attacher.Attaches, attaches+1)
+	}
+	after, err := env.store.Get(vol.VolumeId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Device == old || after.DevNum == rec.DevNum {
+		t.Fatalf("the record still names %s (%s), now another file's device", after.Device, after.DevNum)
+	}
+	target := filepath.Join(dir, "pods", "dev")
+	ok(t)(env.driver.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, TargetPath: target, VolumeCapability: cap}))
+	if n, _ := volume.NodeNumber(target); n != after.DevNum {
+		t.Errorf("the publication is device %s, want the volume's %s", n, after.DevNum)
+	}
+	ok(t)(env.driver.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.VolumeId, TargetPath: target}))
+	ok(t)(env.driver.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging}))
 }

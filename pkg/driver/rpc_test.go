@@ -266,13 +266,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func depsFor(t *testing.T, a driver.Attacher) driver.Deps {
 	t.Helper()
 	env := newFakeEnv(t)
-	return driver.Deps{
+	return withTable(driver.Deps{
 		SysFS:     sysfs.New(env.dir),
 		Intents:   ownerOf(t, env.store),
 		Mounter:   env.driver2Mounter(),
 		Exec:      execNew(),
 		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: a, volume.TransportISCSI: a},
-	}
+	}, env.mounter)
 }
 
 func newDriverWith(t *testing.T, fs sysfs.FS, store *volume.Store, a driver.Attacher) *driver.Driver {

@@ -63,7 +63,7 @@ func listen(path string) (net.Listener, error) {
 // by the transport.
 func (d *Driver) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(logInterceptor, d.doorInterceptor),
+		grpc.ChainUnaryInterceptor(d.logInterceptor, d.doorInterceptor),
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 	}
 }

@@ -44,7 +44,7 @@ func (n *node) slowMultipathd() lateMapAttacher {
 func (n *node) withISCSIAttacher(att driver.Attacher) {
 	n.t.Helper()
 	ex := fsTools()
-	d, err := driver.New(testConfig("ext4"), driver.Deps{
+	d, err := driver.New(testConfig("ext4"), withTable(driver.Deps{
 		SysFS: n.kernel.FS(), Intents: n.owner, Exec: ex,
 		Mounter: &mount.SafeFormatAndMount{Interface: n.mnt, Exec: ex},
 		Attachers: map[volume.Transport]driver.Attacher{
@@ -52,7 +52,7 @@ func (n *node) withISCSIAttacher(att driver.Attacher) {
 			volume.TransportISCSI:   att,
 		},
 		Clock: n.clk,
-	})
+	}, n.mnt.Table))
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	mount "k8s.io/mount-utils"
 
+	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -22,7 +23,7 @@ import (
 // defaultMountInfo is the mount table the driver reads: this process's
 // mountinfo, which has each mount's device number.
 func defaultMountInfo() ([]mount.MountInfo, error) {
-	return mount.ParseMountInfo("/proc/self/mountinfo")
+	return mounts.ReadInfo(mounts.SelfMountInfo)
 }
 
 // mounts reads the mount table through the MountInfo seam.
@@ -39,8 +40,9 @@ func (d *Driver) mounts() ([]volume.Mount, error) {
 func MountsOf(infos []mount.MountInfo) []volume.Mount {
 	out := make([]volume.Mount, 0, len(infos))
 	for _, mi := range infos {
-		out = append(out, volume.Mount{Path: mi.MountPoint, Source: mi.Source,
-			Number: volume.DeviceNumber{Major: uint32(mi.Major), Minor: uint32(mi.Minor)}})
+		out = append(out, volume.Mount{Path: filepath.Clean(mi.MountPoint), Source: mi.Source,
+			Number: volume.DeviceNumber{Major: uint32(mi.Major), Minor: uint32(mi.Minor)},
+			ID:     mi.ID, Parent: mi.ParentID, Root: mi.Root, FSType: mi.FsType})
 	}
 	return out
 }
@@ -49,13 +51,28 @@ func MountsOf(infos []mount.MountInfo) []volume.Mount {
 // node.
 func rdevOf(path string) (volume.DeviceNumber, bool) { return volume.NodeNumber(path) }
 
-// stagedDevice finds the device the users of rec hold, in mounts.
-func stagedDevice(rec volume.Record, mounts []volume.Mount) (volume.StagedDevice, bool) {
+// stagedDevice finds the device the users of rec hold, in mounts: for a
+// filesystem volume, the volume's own staging mount (layers.go), not
+// whatever someone mounted on top of it or over its path.
+func (d *Driver) stagedDevice(rec volume.Record, ms []volume.Mount) (volume.StagedDevice, bool) {
+	c := stagingClaim(rec)
 	// mountinfo lists resolved paths.
-	if p, err := filepath.EvalSymlinks(rec.StagingPath); err == nil {
-		rec.StagingPath = p
+	rec.StagingPath = c.path
+	if rec.AccessType == volume.AccessMount {
+		ns, err := d.deps.MountNamespace()
+		if err != nil {
+			return volume.StagedDevice{}, false
+		}
+		v := layerView{ns: ns}
+		ours := make([]volume.Mount, 0, 2)
+		for _, m := range ms {
+			if m.Path == c.path && c.ours(v, mounts.Layer{ID: m.ID, Parent: m.Parent, Dev: m.Number, Root: m.Root, MountPoint: m.Path, FSType: m.FSType, Source: m.Source}) {
+				ours = append(ours, m)
+			}
+		}
+		ms = ours
 	}
-	return volume.FindStagedDevice(rec, mounts, rdevOf)
+	return volume.FindStagedDevice(rec, ms, rdevOf)
 }
 
 // replacedCondition returns the condition of a staged volume whose staged
@@ -63,7 +80,7 @@ func stagedDevice(rec volume.Record, mounts []volume.Mount) (volume.StagedDevice
 // says the volume has; ok is false when it is one, or when either side is
 // unknown.
 func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c volume.Condition) (volume.Condition, bool) {
-	staged, ok := stagedDevice(rec, mounts)
+	staged, ok := d.stagedDevice(rec, mounts)
 	if !ok {
 		return volume.Condition{}, false
 	}
@@ -76,11 +93,16 @@ func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c v
 // condition of a volume whose staged device was replaced; ok is false
 // otherwise (also when the mount table cannot be read).
 func (d *Driver) replaced(ctx context.Context, rec volume.Record, att Attacher) (volume.Condition, bool) {
+	return d.replacedBy(rec, att.Health(ctx, rec))
+}
+
+// replacedBy is replaced with the volume's health read already.
+func (d *Driver) replacedBy(rec volume.Record, health volume.Condition) (volume.Condition, bool) {
 	mounts, err := d.mounts()
 	if err != nil {
 		return volume.Condition{}, false
 	}
-	return d.replacedCondition(rec, mounts, att.Health(ctx, rec))
+	return d.replacedCondition(rec, mounts, health)
 }
 
 // StagedDevices returns the device the users of each staged volume in
@@ -95,7 +117,7 @@ func (d *Driver) StagedDevices(recs []volume.Record) (map[string]volume.StagedDe
 	}
 	out := make(map[string]volume.StagedDevice, len(recs))
 	for _, rec := range recs {
-		if s, ok := stagedDevice(rec, mounts); ok {
+		if s, ok := d.stagedDevice(rec, mounts); ok {
 			out[rec.VolumeID] = s
 		}
 	}

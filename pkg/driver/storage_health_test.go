@@ -15,6 +15,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -36,9 +37,11 @@ func TestNodeGetStorageHealth_NodeConditions(t *testing.T) {
 		cfg := testConfig("ext4")
 		cfg.HealMode = mode
 		fa := &fakeAttacher{device: filepath.Join(dir, "dev-fake")}
+		tb := mountstest.New()
 		d, err := driver.New(cfg, driver.Deps{
 			SysFS: sysfs.New(dir), Intents: ownerOf(t, store), Exec: utilexec.New(),
-			Mounter:   mount.NewSafeFormatAndMount(mount.NewFakeMounter(nil), utilexec.New()),
+			Mounter:      mount.NewSafeFormatAndMount(tb, utilexec.New()),
+			UnmountLayer: tb.UnmountLayer, MountNamespace: tb.Namespace,
 			Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: fa, volume.TransportISCSI: fa},
 			MountInfo: func() ([]mount.MountInfo, error) { return nil, nil }, Model: nodeModel(conds),
 		})

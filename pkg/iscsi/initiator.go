@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/scrub"
 	"k8s.io/utils/exec"
 
 	"github.com/pathmend/pathmend/pkg/intent"
@@ -178,7 +180,11 @@ func (c command) isSecret(s string) bool {
 	return false
 }
 
-// scrub removes every secret value from out and bounds its length.
+// scrub removes every secret value from out and bounds its length: the
+// command's own secrets, and every secret the process has seen, in every
+// spelling, with what the output itself shows of a node record's CHAP
+// settings (package scrub). It scrubs before it cuts: a secret cut in
+// two would not be recognised later.
 func (c command) scrub(out []byte) string {
 	s := strings.TrimSpace(string(out))
 	for _, x := range c.secrets {
@@ -186,6 +192,7 @@ func (c command) scrub(out []byte) string {
 			s = strings.ReplaceAll(s, x, "***")
 		}
 	}
+	s = scrub.String(s)
 	if len(s) > maxOutput {
 		s = s[:maxOutput] + "…"
 	}

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"k8s.io/klog/v2"
+
+	"github.com/pathmend/pathmend/pkg/scrub"
 
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -111,6 +114,7 @@ func (in *Initiator) UpdateNode(ctx context.Context, n Node, settings []Setting)
 			c := in.iscsiadm(append(n.args(), "-o", "update", "-n", s.Name, "-v", s.Value)...)
 			if s.Secret {
 				c.secrets = []string{s.Value}
+				scrub.Add(settingKind(s.Name), s.Value)
 			}
 			if _, err := in.run(ctx, in.cfg.CommandTimeout, c); err != nil {
 				return fmt.Errorf("set %s on node record %s: %w", s.Name, n, err)
@@ -118,6 +122,21 @@ func (in *Initiator) UpdateNode(ctx context.Context, n Node, settings []Setting)
 		}
 		return nil
 	})
+}
+
+// settingKind is what the value of a node record setting is.
+func settingKind(name string) scrub.Kind {
+	switch {
+	case strings.HasSuffix(name, ".password"):
+		return scrub.CHAPPassword
+	case strings.HasSuffix(name, ".password_in"):
+		return scrub.MutualCHAPPassword
+	case strings.HasSuffix(name, ".username"):
+		return scrub.CHAPUser
+	case strings.HasSuffix(name, ".username_in"):
+		return scrub.MutualCHAPUser
+	}
+	return scrub.RequestSecret
 }
 
 // DeleteNode deletes the node record (and the CHAP secrets stored in it).

@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/scrub"
 )
 
 const namespace = "pathmend"
@@ -120,9 +122,28 @@ func New() *Metrics {
 // Registry returns the registry the collectors live on.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the registry in the Prometheus exposition format.
+// Handler serves the registry in the Prometheus exposition format, every
+// label value scrubbed of the secrets the process has seen (a volume ID
+// is the caller's to choose).
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return promhttp.HandlerFor(scrubbed{m.reg}, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// scrubbed gathers what its registry holds and scrubs every label value.
+type scrubbed struct{ prometheus.Gatherer }
+
+func (s scrubbed) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := s.Gatherer.Gather()
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			for _, lp := range metric.GetLabel() {
+				if v := scrub.String(lp.GetValue()); v != lp.GetValue() {
+					lp.Value = &v
+				}
+			}
+		}
+	}
+	return mfs, err
 }
 
 // SetVolumePaths records the path counts of one staged volume.

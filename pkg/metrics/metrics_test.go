@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	fakeexec "k8s.io/utils/exec/testing"
 
 	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/scrub"
 )
 
 func TestVolumeSeriesAreRemovedOnForget(t *testing.T) {
@@ -217,5 +219,23 @@ func TestCachedCheck_OneRunInFlight(t *testing.T) {
 	defer mu.Unlock()
 	if runs != 1 {
 		t.Errorf("%d runs, want 1", runs)
+	}
+}
+
+// TestHandler_ScrubsLabelValues: a volume ID that holds a secret the
+// process has seen is served with the secret replaced.
+func TestHandler_ScrubsLabelValues(t *testing.T) {
+	const secret = "metrics-test-pass-77x"
+	scrub.Add(scrub.CHAPPassword, secret)
+	m := New()
+	m.SetVolumePaths("vol-"+secret, "iscsi", 2, 2, 2)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	if strings.Contains(body, secret) {
+		t.Fatalf("the secret is served:\n%s", body)
+	}
+	if !strings.Contains(body, `volume_id="vol-***"`) {
+		t.Errorf("no scrubbed series in:\n%s", body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/pathmend/pathmend/pkg/scrub"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -75,7 +76,8 @@ func ReadConnectParams(fsys sysfs.FS, name ControllerName) (ConnectParams, error
 // kernels built with in-band authentication), for a reconnect of another
 // path of it: pathmend never stores a secret, and the kernel keeps the
 // ones the first connect gave it. Empty when no controller has any. The
-// values must never be logged.
+// values must never be logged: each is handed to the process's scrubber
+// as it is read.
 func SiblingSecrets(fsys sysfs.FS, host *Host, nqn string) volume.Secrets {
 	var s volume.Secrets
 	for _, c := range host.Controllers {
@@ -85,9 +87,11 @@ func SiblingSecrets(fsys sysfs.FS, host *Host, nqn string) volume.Secrets {
 		dir := classNVMe + "/" + string(c.Name) + "/"
 		if v, ok, _ := fsys.ReadOptionalAttr(dir + "dhchap_secret"); ok && v != "none" {
 			s.DHCHAPSecret = v
+			scrub.Add(scrub.DHCHAPKey, v)
 		}
 		if v, ok, _ := fsys.ReadOptionalAttr(dir + "dhchap_ctrl_secret"); ok && v != "none" {
 			s.DHCHAPCtrlSecret = v
+			scrub.Add(scrub.DHCHAPKey, v)
 		}
 		if s.DHCHAPSecret != "" {
 			return s

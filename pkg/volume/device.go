@@ -105,6 +105,12 @@ type Mount struct {
 	Path   string
 	Source string
 	Number DeviceNumber
+	// ID and Parent are the mount's ID and its parent's; Root and FSType
+	// the root and type of the filesystem mounted (mountinfo fields 1, 2,
+	// 4 and 9): what tells the mount pathmend made from another one at
+	// the same path.
+	ID, Parent   int
+	Root, FSType string
 }
 
 // FindStagedDevice returns the device the users of rec hold. For a

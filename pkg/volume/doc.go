@@ -11,7 +11,8 @@
 // Failures are *FieldError values naming the key; the driver maps them to
 // InvalidArgument. ParseWithPublish reads the publish context of
 // ControllerPublishVolume together with the volume context under the same
-// rules. IsCredentialKey classes the keys whose values no log may show.
+// rules. IsCredentialKey classes the keys whose values no log may show,
+// by shape (the last segment of the key).
 // Context.Encode renders a Context back to canonical keys
 // and Context.Equal compares two of them, which is how the driver decides
 // whether a repeated NodeStage asks for the same thing.
@@ -56,6 +57,10 @@
 //     error, whatever the map iteration order.
 //   - For any Context c returned by Parse, Parse(c.Encode(), nil) returns a
 //     Context equal to c.
+//   - A record names the mount layers pathmend made (MountLayer): what
+//     NodeUnpublish and NodeUnstage may unmount, and nothing else.
+//   - No state file is written holding a password or key the process has
+//     seen (scrub.Default.Find; ErrHoldsSecret).
 //   - Store.Put is atomic: after a crash a record is the old or the new one,
 //     never partial. Leftover temporary files are ignored by List.
 //   - Store.Put never writes a record Get could not read back (the read

@@ -228,19 +228,22 @@ func knownKeys(t Transport, secret bool) []string {
 	return keys
 }
 
-// credentialWords mark a key as a credential whatever else it says: a
-// misspelt or foreign key ("chapPasword", "password", "iscsi.secret") is
-// as secret as the documented one it was meant to be.
-var credentialWords = []string{"secret", "password", "passwd", "chap", "token", "credential", "privatekey"}
+// credentialShape marks a key as a credential by its shape, whatever
+// else it says: a key whose last segment contains any of these, in any
+// case — (?i)(pass|secret|key|token|cred|auth|chap) — is treated as one.
+// A misspelt, foreign or new key ("chapPasword", "pass", "auth.key",
+// "iscsi.secret", "serviceAccount.tokens") is as secret as the documented
+// one it was meant to be; a list of words would miss the next one.
+var credentialShape = []string{"pass", "secret", "key", "token", "cred", "auth", "chap"}
 
 // IsCredentialKey reports whether a key of any map a CSI request carries
 // (volume context, publish context, secrets) names a credential, so that
 // its value must never be logged: every key the contract classes as a
-// secret (Keys with Secret set), in any case, behind any "prefix/", and
-// every key containing one of credentialWords. It errs on the side of
-// redaction; it decides nothing else.
+// secret (Keys with Secret set), in any case, behind any prefix, and every
+// key whose last segment (after the last '/' or '.') has the credential
+// shape. It errs on the side of redaction; it decides nothing else.
 func IsCredentialKey(k string) bool {
-	if i := strings.LastIndexByte(k, '/'); i >= 0 {
+	if i := strings.LastIndexAny(k, "/."); i >= 0 {
 		k = k[i+1:]
 	}
 	lk := strings.ToLower(k)
@@ -249,7 +252,7 @@ func IsCredentialKey(k string) bool {
 			return true
 		}
 	}
-	for _, w := range credentialWords {
+	for _, w := range credentialShape {
 		if strings.Contains(lk, w) {
 			return true
 		}

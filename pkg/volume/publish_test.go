@@ -98,12 +98,15 @@ func TestIsCredentialKey(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"chapPasword", "password", "iscsi.secret", "node.session.auth.password", "apiToken", "privateKey", "Credentials"} {
+	// By shape: the last segment of the key, after '/' or '.', holds
+	// pass, secret, key, token, cred, auth or chap in any case.
+	for _, k := range []string{"chapPasword", "password", "iscsi.secret", "node.session.auth.password", "apiToken", "privateKey", "Credentials",
+		"pass", "auth.key", "PASS", "x/passwd", "auth", "oauthBearer", "sshKey", "csi.storage.k8s.io/serviceAccount.tokens", "CHAP"} {
 		if !IsCredentialKey(k) {
 			t.Errorf("IsCredentialKey(%q) = false, want true", k)
 		}
 	}
-	for _, k := range []string{"", "fsType", "csi.storage.k8s.io/pod.name", "lunMask"} {
+	for _, k := range []string{"", "fsType", "csi.storage.k8s.io/pod.name", "lunMask", "keystone.example.com/region", "auth.mode", "keepAliveTmo"} {
 		if IsCredentialKey(k) {
 			t.Errorf("IsCredentialKey(%q) = true, want false", k)
 		}

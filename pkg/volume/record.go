@@ -20,12 +20,16 @@ const (
 
 // RecordVersion is the record format Put writes. Get and List read every
 // version up to it (version 1 records, written before records had a state,
-// read as StateStaged) and refuse a newer one as written by a newer
+// read as StateStaged; version 2 records, written before records named
+// the mount layers pathmend made, read with no layer and no publication
+// marked created) and refuse a newer one as written by a newer
 // pathmend, naming its target when the envelope says. A change that an
 // older plugin would misread must bump it, and every version keeps the
 // envelope: "version", "volumeID", "context.transport", "context.nvme.nqn"
-// and "context.iscsi.iqn" at these paths with these meanings.
-const RecordVersion = 2
+// and "context.iscsi.iqn" at these paths with these meanings. Version 3
+// is such a change: a version 2 pathmend would ignore the layers and
+// unmount whatever is mounted at a recorded path.
+const RecordVersion = 3
 
 // State is where a volume is in its node lifecycle. The state is on disk
 // before the kernel is touched, so a crash at any point leaves a record
@@ -92,6 +96,10 @@ type Record struct {
 	// ReadOnly is set when the volume was staged with a read-only access
 	// mode (its staging mount is read-only).
 	ReadOnly bool `json:"readOnly,omitempty"`
+	// StagingLayer is the mount NodeStage made at StagingPath (version
+	// 3): the layer NodeUnstage may unmount, and no other. Nil for block
+	// access, before the mount, and in an older record.
+	StagingLayer *MountLayer `json:"stagingLayer,omitempty"`
 	// StagedAt is when the volume was staged, from the caller's clock.
 	StagedAt time.Time `json:"stagedAt"`
 	// Publications are the target paths the volume is bind-mounted at, as
@@ -113,6 +121,50 @@ type Publication struct {
 	TargetPath string `json:"targetPath"`
 	// ReadOnly is the readonly flag of the publish request.
 	ReadOnly bool `json:"readOnly,omitempty"`
+	// Layer is the bind mount NodePublish made at TargetPath (version 3):
+	// the layer NodeUnpublish may unmount, and no other. Nil while the
+	// publication is only intent (recorded before the mount) and in an
+	// older record.
+	Layer *MountLayer `json:"layer,omitempty"`
+	// Created is set when NodePublish created TargetPath (the directory,
+	// or the file a block device is bound onto): NodeUnpublish removes
+	// only a path it created, and only when it is empty.
+	Created bool `json:"created,omitempty"`
+}
+
+// MountLayer identifies one mount pathmend made, as the kernel listed it
+// in /proc/self/mountinfo right after the mount. Mount IDs are unique in
+// one mount namespace at one time only: the kernel reuses a freed ID, a
+// new mount namespace (a restarted plugin container) numbers its copy of
+// every mount anew, and a reboot drops every mount. So a layer is the
+// same mount only when the namespace and the boot are the recorded ones
+// and the ID, the parent, the source, the root, the filesystem type and
+// the device number all agree; otherwise the record says only what the
+// layer looked like.
+type MountLayer struct {
+	// ID and Parent are the mount's ID and its parent's (mountinfo fields
+	// 1 and 2).
+	ID     int `json:"id"`
+	Parent int `json:"parent"`
+	// Dev is the device number of the mounted filesystem (field 3).
+	Dev DeviceNumber `json:"dev"`
+	// Root is the directory of the filesystem mounted (field 4): "/" for
+	// a filesystem, the device node's path in /dev's filesystem for a
+	// block device bound onto a file.
+	Root string `json:"root"`
+	// FSType and Source are fields 9 and 10.
+	FSType string `json:"fsType"`
+	Source string `json:"source"`
+	// Boot is the kernel's boot ID (/proc/sys/kernel/random/boot_id) and
+	// Namespace the mount namespace (/proc/self/ns/mnt, "mnt:[4026532281]")
+	// the ID was read in.
+	Boot      string `json:"boot"`
+	Namespace string `json:"namespace"`
+}
+
+// String names the layer for messages: "ext4 /dev/nvme0n1 (mount 812)".
+func (l MountLayer) String() string {
+	return fmt.Sprintf("%s %s (mount %d)", l.FSType, l.Source, l.ID)
 }
 
 // Target is the record's target (its context's).
@@ -147,7 +199,16 @@ func (r Record) check() error {
 		return fmt.Errorf("volume %q: %d publications; at most %d", r.VolumeID, len(r.Publications), MaxPublications)
 	}
 	// The same JSON replacement would make a path read back as another.
-	for _, p := range append([]string{r.StagingPath, r.Device, r.FSType}, r.MountFlags...) {
+	texts := append([]string{r.StagingPath, r.Device, r.FSType}, r.MountFlags...)
+	if l := r.StagingLayer; l != nil {
+		texts = append(texts, l.Root, l.FSType, l.Source, l.Boot, l.Namespace)
+	}
+	for _, p := range r.Publications {
+		if l := p.Layer; l != nil {
+			texts = append(texts, l.Root, l.FSType, l.Source, l.Boot, l.Namespace)
+		}
+	}
+	for _, p := range texts {
 		if !utf8.ValidString(p) {
 			return fmt.Errorf("volume %q: %q is not valid UTF-8", r.VolumeID, p)
 		}

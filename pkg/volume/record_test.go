@@ -2,11 +2,14 @@ package volume
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/pathmend/pathmend/pkg/scrub"
 )
 
 // TestRecord_NeverHoldsSecrets parses a context together with secrets,
@@ -74,4 +77,30 @@ func findType(t, target reflect.Type, path string, seen map[reflect.Type]bool) s
 		}
 	}
 	return ""
+}
+
+// TestStore_RefusesASecretTheProcessHasSeen: a record that would hold the
+// value of a password the process was given (in a path, a mount flag) is
+// not written, and the error names the kind of secret, never the value;
+// a user name (an identity, sent in the clear at every iSCSI login) does
+// not refuse a record.
+func TestStore_RefusesASecretTheProcessHasSeen(t *testing.T) {
+	const pass = "store-test-pass-9f2c"
+	scrub.Add(scrub.CHAPPassword, pass)
+	scrub.Add(scrub.CHAPUser, "store-test-user-9f2c")
+	s := newTestStore(t)
+	r := testRecord("nvme-tcp")
+	r.MountFlags = []string{"opt=" + pass}
+	r.AccessType = AccessMount
+	err := s.Put(r)
+	if !errors.Is(err, ErrHoldsSecret) || strings.Contains(err.Error(), pass) || !strings.Contains(err.Error(), string(scrub.CHAPPassword)) {
+		t.Fatalf("Put = %v; want ErrHoldsSecret naming the kind, not the value", err)
+	}
+	if _, err := s.Get(r.VolumeID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a record was written: %v", err)
+	}
+	r.MountFlags = []string{"opt=store-test-user-9f2c"}
+	if err := s.Put(r); err != nil {
+		t.Fatalf("a user name refused the record: %v", err)
+	}
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pathmend/pathmend/pkg/scrub"
 )
 
 const (
@@ -149,9 +151,18 @@ func (s *Store) writeAtomic(name string, data []byte) error {
 	return writeAtomic(s.records, name, data)
 }
 
+// ErrHoldsSecret is wrapped by every write of a state file that would
+// hold the value of a password or key the process has seen (scrub.Default
+// knows them): the file is not written.
+var ErrHoldsSecret = errors.New("would hold a secret value")
+
 // writeAtomic writes dir/name through a fsynced temporary file, a rename
-// and an fsync of dir.
+// and an fsync of dir. It refuses data that holds a secret the process
+// has seen, naming its kind, never the value.
 func writeAtomic(dir, name string, data []byte) (err error) {
+	if kind, ok := scrub.Default.Find(data); ok {
+		return fmt.Errorf("%s %w (a %s this process was given); not written", name, ErrHoldsSecret, kind)
+	}
 	// os.CreateTemp opens with O_EXCL and mode 0600.
 	tmp, err := os.CreateTemp(dir, tmpPrefix+name+"-*")
 	if err != nil {

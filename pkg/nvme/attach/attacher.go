@@ -119,7 +119,7 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 		return att, errors.New("nvme attacher: volume context is not nvme-tcp")
 	}
 	if w := nvme.ShortCtrlLossTmo(n); w != "" {
-		klog.InfoS("Volume context sets a short ctrlLossTmo", "volumeID", req.VolumeID, "nqn", n.NQN, "reason", w)
+		klog.FromContext(ctx).Info("Volume context sets a short ctrlLossTmo", "volumeID", req.VolumeID, "nqn", n.NQN, "reason", w)
 	}
 	exp := nvme.ExpectationOf(req.VolumeID, n)
 	created, err := a.connectOnce(ctx, n, req.Secrets)
@@ -143,7 +143,7 @@ func (a *Attacher) Attach(ctx context.Context, req volume.AttachRequest) (volume
 	if locErr == nil {
 		level = 2 // usable already: the repair is about a path, not the stage
 	}
-	klog.V(level).InfoS("Volume not fully usable after connect; trying one repair", "volumeID", req.VolumeID, "nqn", n.NQN, "lookup", errString(locErr), "defects", len(defects))
+	klog.FromContext(ctx).V(int(level)).Info("Volume not fully usable after connect; trying one repair", "volumeID", req.VolumeID, "nqn", n.NQN, "lookup", errString(locErr), "defects", len(defects))
 	// The repair is the NVMe job's own repair step, on the one subsystem
 	// whose lease this NodeStage holds: it diagnoses again on a fresh read
 	// and spares the co-tenants sysfs shows.
@@ -190,7 +190,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 		return fmt.Errorf("keep %s of %s: %w", c, c.nqn, err)
 	}
 	if users := co.IDs(); len(users) > 0 {
-		klog.InfoS("Undo leaves the controllers it connected: other volumes use the subsystem", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","), "volumes", strings.Join(users, ","))
+		klog.FromContext(ctx).Info("Undo leaves the controllers it connected: other volumes use the subsystem", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","), "volumes", strings.Join(users, ","))
 		return nil
 	}
 	h, err := a.reader.ReadTarget(c.nqn)
@@ -211,7 +211,7 @@ func (a *Attacher) Undo(ctx context.Context, att volume.Attachment, co volume.Co
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("undo attach of %s: %w", att.VolumeID, err)
 	}
-	klog.V(2).InfoS("Undid an attach", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","))
+	klog.FromContext(ctx).V(2).Info("Undid an attach", "volumeID", att.VolumeID, "nqn", c.nqn, "controllers", strings.Join(c.ctrls, ","))
 	return nil
 }
 
@@ -241,11 +241,11 @@ func (a *Attacher) connectOnce(ctx context.Context, n *volume.NVMeTCP, s volume.
 		case err == nil:
 			present++
 			created = append(created, r.Name())
-			klog.V(2).InfoS("Connected path", "nqn", n.NQN, "endpoint", ep.String(), "controller", r.Name())
+			klog.FromContext(ctx).V(2).Info("Connected path", "nqn", n.NQN, "endpoint", ep.String(), "controller", r.Name())
 		case errors.Is(err, fabrics.ErrAlreadyConnected):
 			present++
 		default:
-			klog.ErrorS(err, "Connect failed", "nqn", n.NQN, "endpoint", ep.String())
+			klog.FromContext(ctx).Error(err, "Connect failed", "nqn", n.NQN, "endpoint", ep.String())
 			errs = append(errs, err)
 		}
 	}
@@ -336,7 +336,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 		return fmt.Errorf("detach %s: %w", rec.VolumeID, err)
 	}
 	if users := co.IDs(); len(users) > 0 {
-		klog.InfoS("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other volumes use the subsystem", "volumes", strings.Join(users, ","))
+		klog.FromContext(ctx).Info("Leaving shared controllers connected", "volumeID", rec.VolumeID, "nqn", n.NQN, "reason", "other volumes use the subsystem", "volumes", strings.Join(users, ","))
 		return nil
 	}
 	h, err := a.reader.ReadTarget(n.NQN)
@@ -348,7 +348,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 			if err := a.cfg.Connector.Disconnect(string(c.Name)); err != nil {
 				return err
 			}
-			klog.V(2).InfoS("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "endpoint", ep.String())
+			klog.FromContext(ctx).V(2).Info("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "endpoint", ep.String())
 		}
 	}
 	// A controller of the subsystem whose address is unknown (not live
@@ -360,7 +360,7 @@ func (a *Attacher) Detach(ctx context.Context, rec volume.Record, co volume.CoTe
 		if err := a.cfg.Connector.Disconnect(string(c.Name)); err != nil {
 			return err
 		}
-		klog.V(2).InfoS("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "state", c.State, "endpoint", nvme.AddressNotKnown)
+		klog.FromContext(ctx).V(2).Info("Disconnected path", "volumeID", rec.VolumeID, "controller", c.Name, "state", c.State, "endpoint", nvme.AddressNotKnown)
 	}
 	return nil
 }
@@ -385,7 +385,7 @@ func (a *Attacher) Expand(ctx context.Context, rec volume.Record) (int64, error)
 		for _, c := range nvme.ControllersTo(h, n.NQN, ep) {
 			if c.State == nvme.StateLive {
 				if err := a.cfg.Connector.Rescan(string(c.Name)); err != nil {
-					klog.ErrorS(err, "Rescan failed", "controller", c.Name)
+					klog.FromContext(ctx).Error(err, "Rescan failed", "controller", c.Name)
 				}
 			}
 		}
