@@ -275,6 +275,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	loop := monitor.Config{Interval: c.monitorInterval, Scope: monitor.Scope{Owned: true, Foreign: c.healForeign}}
+	// The driver writes a volume it staged into the model through the
+	// loop, which is built after it (it reads the driver's staged devices).
+	var staged stagedRefresher
 	d, err := driver.New(driver.Config{
 		DriverName:        c.driverName,
 		Version:           version,
@@ -298,8 +301,9 @@ func serve(ctx context.Context, c serveConfig) error {
 			volume.TransportNVMeTCP: nvmeAtt,
 			volume.TransportISCSI:   iscsiAtt,
 		},
-		Clock: clk,
-		Model: ns.model,
+		Clock:     clk,
+		Model:     ns.model,
+		Refresher: &staged,
 	})
 	if err != nil {
 		return err
@@ -313,6 +317,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
+	staged.mon = mon
 
 	var check metrics.HealthCheck
 	if c.metricsAddress != "" {
@@ -362,4 +367,15 @@ func runTasks(ctx context.Context, tasks []task) error {
 	wg.Wait()
 	close(errc)
 	return <-errc
+}
+
+// stagedRefresher hands the driver's staged volumes to the loop once it is
+// built (before the CSI server serves).
+type stagedRefresher struct{ mon *monitor.Monitor }
+
+func (s *stagedRefresher) RefreshStaged(ctx context.Context, rec volume.Record) error {
+	if s.mon == nil {
+		return nil
+	}
+	return s.mon.RefreshStaged(ctx, rec)
 }

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -112,6 +113,17 @@ type Deps struct {
 	// Degraded as STORAGE_DEGRADED, Inaccessible as STORAGE_UNREACHABLE.
 	// Without it every health RPC reads its volume's own kernel objects.
 	Model *model.Model
+	// Refresher, when set, writes a volume NodeStageVolume staged into
+	// the model at once (the loop, pkg/monitor), so that a kernel event
+	// naming one of its objects finds it before the next tick.
+	Refresher StagedRefresher
+}
+
+// StagedRefresher writes a volume staged just now into the node model:
+// its target's kernel objects read again, with the device its users
+// hold. An error is logged; the next tick writes the volume anyway.
+type StagedRefresher interface {
+	RefreshStaged(ctx context.Context, rec volume.Record) error
 }
 
 // Driver serves the CSI Identity and Node services of one node.

@@ -205,6 +205,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, fail(internal(err, "record staged volume %s", volumeID))
 	}
 	logger.V(2).Info("Staged volume", "volumeID", volumeID, "stagingPath", staging, "accessType", vc.access, "fsType", vc.fsType, "device", want.Device)
+	if d.deps.Refresher != nil {
+		if err := d.deps.Refresher.RefreshStaged(ctx, want); err != nil {
+			logger.Error(err, "Could not write the staged volume into the node model; the next tick will", "volumeID", volumeID)
+		}
+	}
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 

@@ -23,7 +23,7 @@ type Model struct {
 // New returns an empty model: generation 0, no volume, never ticked.
 func New() *Model {
 	m := &Model{}
-	m.cur.Store(&Snapshot{volumes: map[string]entry{}, node: map[string][]volume.Condition{}})
+	m.cur.Store(&Snapshot{volumes: map[string]entry{}, node: map[string][]volume.Condition{}, ix: &index{}})
 	return m
 }
 
@@ -78,6 +78,9 @@ type Txn struct {
 	old  *Snapshot
 	next *Snapshot // nil until the first change
 	gen  uint64
+	// reindexed is set once next has an index of its own: a change
+	// that added, dropped or renamed a volume's target or objects.
+	reindexed bool
 }
 
 // snap returns the snapshot being built, copying the old one on the
@@ -86,9 +89,18 @@ func (tx *Txn) snap() *Snapshot {
 	if tx.next == nil {
 		o := tx.old
 		tx.next = &Snapshot{Gen: tx.gen, Ticked: o.Ticked, ReadAt: o.ReadAt,
-			volumes: maps.Clone(o.volumes), node: maps.Clone(o.node)}
+			volumes: maps.Clone(o.volumes), node: maps.Clone(o.node), ix: o.ix}
 	}
 	return tx.next
+}
+
+// reindex gives the snapshot being built an index of its own, built on
+// first use: its volumes no longer name what the old one's do.
+func (tx *Txn) reindex() {
+	if !tx.reindexed {
+		tx.snap().ix = &index{}
+		tx.reindexed = true
+	}
 }
 
 // current is the snapshot as the transaction has it so far.
@@ -130,6 +142,9 @@ func (tx *Txn) Put(st Stamp, v Volume) bool {
 	}
 	v.ReadAt, v.Gen = time.Time{}, 0
 	s := tx.snap()
+	if !had || old.v.Target != v.Target || !sameObjects(old.v, &v) {
+		tx.reindex()
+	}
 	if had && sameContent(old.v, &v) && sameFacts(old.v.Facts, v.Facts) {
 		s.volumes[v.ID] = entry{v: old.v, st: st}
 		return true
@@ -145,6 +160,7 @@ func (tx *Txn) Put(st Stamp, v Volume) bool {
 func (tx *Txn) Delete(id string) {
 	if _, ok := tx.current().volumes[id]; ok {
 		delete(tx.snap().volumes, id)
+		tx.reindex()
 	}
 }
 
@@ -169,6 +185,7 @@ func (tx *Txn) Sweep(st Stamp, keep func(Volume) bool) {
 	for _, id := range drop {
 		delete(s.volumes, id)
 	}
+	tx.reindex()
 }
 
 // SetFact sets the fact of volume id kept under name; it reports false,

@@ -281,3 +281,75 @@ func TestModel_ReadersNeverSeeAHalfWrittenTick(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// Every snapshot answers TargetOf and OfTarget for its own volumes,
+// whether it shares its index with the snapshot it was written from (an
+// unchanged target, a path that changed state on the same object, a
+// fact) or needed one of its own (an object gone or new, a volume added
+// or deleted, a sweep) — and whichever of two snapshots asks first.
+func TestSnapshot_LookupsFollowEveryWrite(t *testing.T) {
+	m := model.New()
+	check := func(s *model.Snapshot, step string) {
+		t.Helper()
+		want := map[string]volume.Target{}
+		byTarget := map[volume.Target][]string{}
+		for _, v := range s.Volumes() {
+			want[v.Target.Name] = v.Target
+			byTarget[v.Target] = append(byTarget[v.Target], v.ID)
+			for _, p := range v.Paths {
+				if p.Object != "" {
+					want[p.Object] = v.Target
+				}
+			}
+			for _, d := range v.Devices {
+				want[d.Name] = v.Target
+			}
+		}
+		for _, obj := range []string{"nvme0", "nvme1", "nvme2", "nvme9", "nvme1n1", "nvme2n1", "session5", tgtA.Name, tgtI.Name} {
+			got, ok := s.TargetOf(obj)
+			if w, has := want[obj]; ok != has || got != w {
+				t.Errorf("%s: TargetOf(%s) = %v, %v; want %v, %v", step, obj, got, ok, w, has)
+			}
+		}
+		for _, tg := range []volume.Target{tgtA, tgtI} {
+			var ids []string
+			for _, v := range s.OfTarget(tg) {
+				ids = append(ids, v.ID)
+			}
+			if d := cmp.Diff(byTarget[tg], ids); d != "" {
+				t.Errorf("%s: OfTarget(%v) (-want +got):\n%s", step, tg, d)
+			}
+		}
+	}
+	a := vol("a", tgtA, model.PathLive, model.PathLive)
+	a.Devices = []volume.BlockDevice{{Name: "nvme1n1"}}
+	s1 := put(m, t0, a)
+	check(s1, "first")
+	s2 := put(m, t0.Add(time.Second), a) // the same read again
+	check(s2, "unchanged")
+	down := vol("a", tgtA, model.PathLive, model.PathDown) // same objects, another state
+	down.Devices = a.Devices
+	s3 := put(m, t0.Add(2*time.Second), down)
+	check(s3, "a path down")
+	gone := vol("a", tgtA, model.PathLive, model.PathAbsent) // nvme1 gone
+	gone.Devices = []volume.BlockDevice{{Name: "nvme2n1"}}
+	s4 := put(m, t0.Add(3*time.Second), gone)
+	// The older snapshots ask after the newer one built its index.
+	check(s4, "an object gone, a device replaced")
+	check(s3, "a path down, asked later")
+	check(s1, "first, asked later")
+	s5 := m.Update(func(tx *model.Txn) {
+		tx.SetFact("a", "fs", model.Fact{ReadAt: t0, Condition: volume.Condition{Status: volume.Healthy}})
+	})
+	check(s5, "a fact")
+	i := model.Volume{ID: "i", Target: tgtI, Scope: model.Owned, Paths: []model.Path{{Endpoint: "127.0.0.1:3260", Object: "session5", State: model.PathLive}}}
+	s6 := put(m, t0.Add(4*time.Second), i)
+	check(s6, "a volume added")
+	s7 := m.Update(func(tx *model.Txn) { tx.Delete("a") })
+	check(s7, "a volume deleted")
+	check(s5, "a fact, asked later")
+	st := m.Stamp(t0.Add(5 * time.Second))
+	s8 := m.Update(func(tx *model.Txn) { tx.Sweep(st, func(model.Volume) bool { return false }) })
+	check(s8, "swept")
+	check(s6, "a volume added, asked later")
+}

@@ -24,11 +24,22 @@ type Snapshot struct {
 	volumes map[string]entry
 	node    map[string][]volume.Condition
 
-	// The lookups by target and by kernel object are built on first use:
-	// only readers that ask pay for them.
-	indexOnce sync.Once
-	byTarget  map[volume.Target][]string
-	objects   map[string]volume.Target
+	// The lookups by target and by kernel object, built on first use:
+	// only readers that ask pay for them. A snapshot whose volumes name
+	// the same targets and objects as the one it was written from shares
+	// its index (Txn.Put), so that the loop's writes between ticks (an
+	// event's read of one target, which mostly finds what the model has)
+	// do not rebuild it for the whole node.
+	ix *index
+}
+
+// index is the lookups of one set of volumes, by target and by kernel
+// object. Snapshots share one while their volumes' IDs, targets and
+// objects are the same: whichever builds it builds the same maps.
+type index struct {
+	once     sync.Once
+	byTarget map[volume.Target][]string
+	objects  map[string]volume.Target
 }
 
 // entry is a volume as stored: its state, shared between snapshots while
@@ -78,8 +89,7 @@ func (s *Snapshot) Volumes() []Volume {
 
 // OfTarget returns the entries of target t, by ID.
 func (s *Snapshot) OfTarget(t volume.Target) []Volume {
-	s.index()
-	ids := s.byTarget[t]
+	ids := s.index().byTarget[t]
 	out := make([]Volume, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, s.volumes[id].view())
@@ -90,8 +100,7 @@ func (s *Snapshot) OfTarget(t volume.Target) []Volume {
 // TargetOf returns the target a kernel object serves: a controller, a
 // session, a block device any entry names, or a target's own name.
 func (s *Snapshot) TargetOf(object string) (volume.Target, bool) {
-	s.index()
-	t, ok := s.objects[object]
+	t, ok := s.index().objects[object]
 	return t, ok
 }
 
@@ -107,19 +116,21 @@ func (s *Snapshot) Node() []volume.Condition {
 // NodeOf returns the node's conditions kept under source.
 func (s *Snapshot) NodeOf(source string) []volume.Condition { return s.node[source] }
 
-func (s *Snapshot) index() {
-	s.indexOnce.Do(func() {
-		s.byTarget = map[volume.Target][]string{}
-		s.objects = map[string]volume.Target{}
+func (s *Snapshot) index() *index {
+	ix := s.ix
+	ix.once.Do(func() {
+		ix.byTarget = map[volume.Target][]string{}
+		ix.objects = map[string]volume.Target{}
 		for _, id := range slices.Sorted(maps.Keys(s.volumes)) {
 			v := s.volumes[id].v
-			s.byTarget[v.Target] = append(s.byTarget[v.Target], id)
-			s.objects[v.Target.Name] = v.Target
+			ix.byTarget[v.Target] = append(ix.byTarget[v.Target], id)
+			ix.objects[v.Target.Name] = v.Target
 			for _, o := range v.objects() {
-				s.objects[o] = v.Target
+				ix.objects[o] = v.Target
 			}
 		}
 	})
+	return ix
 }
 
 // String summarizes the snapshot for logs: "gen 12, 3 volumes".

@@ -152,6 +152,30 @@ func sameCondition(a, b volume.Condition) bool {
 	return a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message && slices.Equal(a.Devices, b.Devices)
 }
 
+// sameObjects reports whether a and b name the same kernel objects, in
+// the same order (what objects returns), without building the lists.
+func sameObjects(a, b *Volume) bool {
+	if !slices.EqualFunc(a.Devices, b.Devices, func(x, y volume.BlockDevice) bool { return x.Name == y.Name }) {
+		return false
+	}
+	i, j := 0, 0
+	for {
+		for i < len(a.Paths) && a.Paths[i].Object == "" {
+			i++
+		}
+		for j < len(b.Paths) && b.Paths[j].Object == "" {
+			j++
+		}
+		if i == len(a.Paths) || j == len(b.Paths) {
+			return i == len(a.Paths) && j == len(b.Paths)
+		}
+		if a.Paths[i].Object != b.Paths[j].Object {
+			return false
+		}
+		i, j = i+1, j+1
+	}
+}
+
 // objects are the kernel object names v names: its paths' objects and
 // its devices.
 func (v *Volume) objects() []string {

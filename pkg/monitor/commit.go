@@ -151,15 +151,32 @@ var _ model.Refresher = (*Monitor)(nil)
 // model.Refresher: a kernel event names the object, the model its target.
 // Its write never replaces a read that began later.
 func (m *Monitor) RefreshTarget(ctx context.Context, t volume.Target) error {
+	return m.refreshTarget(ctx, t, nil)
+}
+
+// RefreshStaged writes volume rec, staged just now, into the model with
+// the other volumes of its target: it reads the target's kernel objects
+// only, and the device rec's users hold. A kernel event that names one of
+// the volume's objects then finds its target at once — a controller the
+// kernel removes cannot be read to learn its subsystem — instead of after
+// the next tick, which may be a whole interval away.
+func (m *Monitor) RefreshStaged(ctx context.Context, rec volume.Record) error {
+	if !m.cfg.Scope.Owned || rec.State != volume.StateStaged {
+		return nil
+	}
+	return m.refreshTarget(ctx, rec.Target(), &rec)
+}
+
+func (m *Monitor) refreshTarget(ctx context.Context, t volume.Target, staged *volume.Record) error {
 	tr := m.tr[t.Transport]
 	if tr == nil {
 		return fmt.Errorf("refresh %s: no transport %q", t, t.Transport)
 	}
 	st := m.deps.Model.Stamp(m.deps.Clock.Now())
 	known := m.deps.Model.Snapshot().OfTarget(t)
-	recs := make([]volume.Record, 0, len(known))
+	recs := make([]volume.Record, 0, len(known)+1)
 	for _, v := range known {
-		if v.Scope != model.Owned {
+		if v.Scope != model.Owned || staged != nil && v.ID == staged.VolumeID {
 			continue
 		}
 		rec, err := m.deps.Intents.Get(v.ID)
@@ -168,21 +185,30 @@ func (m *Monitor) RefreshTarget(ctx context.Context, t volume.Target) error {
 		}
 		recs = append(recs, rec)
 	}
+	if staged != nil {
+		recs = append(recs, *staged)
+	}
 	vols, err := tr.RefreshTarget(ctx, t, recs)
 	if err != nil {
 		return fmt.Errorf("refresh %s: %w", t, err)
+	}
+	if staged != nil && m.deps.Staged != nil {
+		held, err := m.deps.Staged([]volume.Record{*staged})
+		if err != nil {
+			klog.ErrorS(err, "Could not read the staged device of a volume staged just now", "volumeID", staged.VolumeID)
+		}
+		if h, ok := held[staged.VolumeID]; ok {
+			for i := range vols {
+				if vols[i].ID == staged.VolumeID && vols[i].Scope == model.Owned {
+					vols[i].Held = &h
+				}
+			}
+		}
 	}
 	m.writeTarget(st, recs, vols, true)
 	return nil
 }
 
-// writeTarget writes what a read of one target, stamped st, found of its
-// volumes vols into the model (recs are the records of its staged
-// volumes): each staged volume keeps the device its users hold as the
-// model has it (the tick reads the mount table), compared with the
-// devices the volume has now — a replacement is logged once and counted,
-// as the tick does — and, with keepNotes (a read that decided nothing),
-// the notes the model has. The metrics of the volumes' paths follow.
 func (m *Monitor) writeTarget(st model.Stamp, recs []volume.Record, vols []model.Volume, keepNotes bool) {
 	prev := m.deps.Model.Snapshot()
 	byID := make(map[string]*volume.Record, len(recs))

@@ -69,10 +69,17 @@ type burst struct {
 	// again is set when events came while the target's event job ran:
 	// the loop decides on the target again when the job ends.
 	again bool
+	// removed are the objects remove events named, and tries how many
+	// reads already found one of them still there.
+	removed []string
+	tries   int
 }
 
 func (b *burst) add(e uevent.Event) {
 	b.events = append(b.events, e.String())
+	if e.Action == uevent.Remove {
+		b.removed = append(b.removed, e.Name())
+	}
 	if !e.Received.IsZero() && (b.first.IsZero() || e.Received.Before(b.first)) {
 		b.first = e.Received
 	}
@@ -192,6 +199,9 @@ type eventState struct {
 	// revisit holds, per target, when a decision deferred by a grace, a
 	// cooldown or a backoff may be taken.
 	revisit map[volume.Target]time.Time
+	// lingering holds, per target, the removed objects a read still
+	// found (removalSettle).
+	lingering map[volume.Target]*burst
 	// lastFull is when the last full read a loss called for began;
 	// fullPending is set while one is owed.
 	lastFull    time.Time
@@ -201,7 +211,7 @@ type eventState struct {
 }
 
 func newEventState() eventState {
-	return eventState{running: map[volume.Target]*burst{}, revisit: map[volume.Target]time.Time{}, jobs: make(chan struct{}, 1)}
+	return eventState{running: map[volume.Target]*burst{}, revisit: map[volume.Target]time.Time{}, lingering: map[volume.Target]*burst{}, jobs: make(chan struct{}, 1)}
 }
 
 // fullDue reports whether the full read a loss called for is due at now.
@@ -281,8 +291,21 @@ func (m *Monitor) decide(ctx context.Context, t volume.Target, g *burst, snap *m
 		m.writeTarget(st, r.Listing.Records, plan.Volumes, false)
 	}
 	delete(m.ev.revisit, t)
+	delete(m.ev.lingering, t)
 	if !plan.Revisit.IsZero() {
 		m.ev.revisit[t] = plan.Revisit
+	}
+	if plan.Read && g.tries < removalTries && stillNamed(plan.Volumes, g.removed) {
+		// The kernel announces a removal before it drops the object's
+		// directory (device_del sends the uevent, then deletes the
+		// kobject; in the lab a head removed stayed readable for tens of
+		// milliseconds): the read saw the object still there, so the
+		// target is read again shortly, not at the tick.
+		at := m.deps.Clock.Now().Add(removalSettle)
+		if cur, ok := m.ev.revisit[t]; !ok || at.Before(cur) {
+			m.ev.revisit[t] = at
+		}
+		m.ev.lingering[t] = &burst{removed: g.removed, tries: g.tries + 1, first: g.first}
 	}
 	if plan.Holder == "" || !mayStart || m.deps.Policy.Mode() == heal.ModeOff {
 		d.Words = "no job: " + plan.Why
@@ -403,6 +426,34 @@ func (m *Monitor) settleEventJobs(ctx context.Context, rep *EventReport) {
 	}
 }
 
+// removalSettle is how long after a read that still found an object a
+// remove event named the target is read again, at most removalTries
+// times.
+const (
+	removalSettle = 50 * time.Millisecond
+	removalTries  = 5
+)
+
+// stillNamed reports whether any of vols names one of the objects (a
+// path's controller or session, a block device).
+func stillNamed(vols []model.Volume, objects []string) bool {
+	for _, o := range objects {
+		for _, v := range vols {
+			for _, p := range v.Paths {
+				if p.Object == o {
+					return true
+				}
+			}
+			for _, d := range v.Devices {
+				if d.Name == o {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // revisitDue decides again on the targets whose deferred decision fell
 // due.
 func (m *Monitor) revisitDue(ctx context.Context, rep *EventReport) {
@@ -421,7 +472,12 @@ func (m *Monitor) revisitDue(ctx context.Context, rep *EventReport) {
 	var listing *volume.Listing
 	for _, t := range due {
 		delete(m.ev.revisit, t)
-		rep.Decisions = append(rep.Decisions, m.decide(ctx, t, &burst{events: []string{"revisit"}}, snap, &listing, nil, true))
+		g := &burst{events: []string{"revisit"}}
+		if l := m.ev.lingering[t]; l != nil {
+			g.removed, g.tries, g.first = l.removed, l.tries, l.first
+			g.events = []string{"revisit: " + strings.Join(l.removed, ", ") + " removed"}
+		}
+		rep.Decisions = append(rep.Decisions, m.decide(ctx, t, g, snap, &listing, nil, true))
 	}
 }
 

@@ -267,3 +267,42 @@ func TestEvents_ForeignObjectsAreNotRead(t *testing.T) {
 func fabricsOpts(nqn, host string) fabrics.Options {
 	return fabrics.Options{Transport: "tcp", Traddr: host, Trsvcid: "4420", NQN: nqn}
 }
+
+// The kernel sends a remove event before it drops the object's directory
+// (in the lab a namespace head stayed readable for tens of milliseconds
+// after its "remove block"): a read that still finds the removed object
+// is followed by another shortly — not by the tick — which decides on
+// what the kernel did; a read that no longer finds it is not.
+func TestEvents_AReadThatStillFindsARemovedObjectIsRepeatedShortly(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	healthyTwoTargets(t, r)
+	ctx := context.Background()
+	r.clk.Step(time.Second)
+	early := uevent.Batch{Events: []uevent.Event{{Seq: 1, Action: uevent.Remove, Subsystem: "nvme",
+		DevPath: "/devices/virtual/nvme-fabrics/ctl/nvme1", Received: r.clk.Now()}}}
+	rep := r.m.HandleEvents(ctx, early)
+	if got := decisionWords(rep); len(got) != 1 || !strings.Contains(got[0], "no job: every path of its staged volumes live") {
+		t.Fatalf("the read before the kernel dropped nvme1: %q", got)
+	}
+	if due := r.m.NextDue(); !due.Equal(r.clk.Now().Add(removalSettle)) {
+		t.Fatalf("NextDue = %v, want %v", due, r.clk.Now().Add(removalSettle))
+	}
+	if err := r.k.Disconnect("nvme1"); err != nil {
+		t.Fatal(err)
+	}
+	r.k.TakeUevents() // already delivered above
+	before := len(r.k.Calls())
+	r.clk.Step(removalSettle)
+	rep = r.m.HandleEvents(ctx, uevent.Batch{})
+	if len(rep.Decisions) == 0 || !rep.Decisions[0].Started || rep.Decisions[0].Events[0] != "revisit: nvme1 removed" ||
+		!strings.HasPrefix(rep.Decisions[0].Words, "job started: missing paths: 127.0.0.2:4420") {
+		t.Fatalf("the read after the kernel dropped nvme1: %q", decisionWords(rep))
+	}
+	if diff := cmp.Diff([]string{"connect 127.0.0.2:4420"}, r.callsSince(before)); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	r.k.TakeUevents()
+	if due := r.m.NextDue(); !due.IsZero() {
+		t.Errorf("NextDue after the removal was read = %v, want none", due)
+	}
+}

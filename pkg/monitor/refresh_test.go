@@ -62,3 +62,58 @@ func TestRefreshTarget_ReadsAndWritesOneTarget(t *testing.T) {
 		t.Errorf("an older read replaced the refresh: %+v", a)
 	}
 }
+
+// A volume NodeStageVolume staged between two ticks is written into the
+// model at once (RefreshStaged), with the device its users hold: a kernel
+// event that removes one of its controllers — which can no longer be
+// read to learn its subsystem — finds its target before the next tick.
+// The other targets' entries keep their reads; a record not staged yet is
+// left to the tick.
+func TestRefreshStaged_WritesAVolumeStagedBetweenTicks(t *testing.T) {
+	r := newRigKernel(t, heal.ModeObserve, nil, func(f func()) { f() }, nvmetest.NewKernelInPlace)
+	held := volume.StagedDevice{Device: volume.BlockDevice{Name: "nvme1n1", Number: volume.DeviceNumber{Major: 259, Minor: 7}}, From: "the record"}
+	r.m.deps.Staged = func(recs []volume.Record) (map[string]volume.StagedDevice, error) {
+		out := map[string]volume.StagedDevice{}
+		for _, x := range recs {
+			out[x.VolumeID] = held
+		}
+		return out, nil
+	}
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"))
+	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
+	ctx := context.Background()
+	r.m.Tick(ctx)
+	ticked := r.clk.Now()
+
+	r.clk.Step(time.Second)
+	b := rec("vol-b", nqnB, "127.0.0.3", "127.0.0.4")
+	r.connectAged(t, nqnB, "127.0.0.3", "127.0.0.4")
+	b.State = volume.StateAttaching
+	if err := r.m.RefreshStaged(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.status("vol-b"); ok {
+		t.Fatal("a record still attaching was written into the model")
+	}
+	b.State = volume.StateStaged
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"), b)
+	if err := r.m.RefreshStaged(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	snap := r.m.deps.Model.Snapshot()
+	v, ok := snap.Volume("vol-b")
+	if !ok || !v.ReadAt.Equal(r.clk.Now()) || v.Held == nil || *v.Held != held {
+		t.Fatalf("vol-b after RefreshStaged: %+v, %v", v, ok)
+	}
+	if live, _ := v.Live(); live != 2 {
+		t.Errorf("vol-b's paths: %+v", v.Paths)
+	}
+	for _, p := range v.Paths {
+		if tg, ok := snap.TargetOf(p.Object); !ok || tg != b.Target() {
+			t.Errorf("TargetOf(%s) = %v, %v; want %v", p.Object, tg, ok, b.Target())
+		}
+	}
+	if a, _ := r.status("vol-a"); !a.ReadAt.Equal(ticked) {
+		t.Errorf("vol-a was read again: %+v", a)
+	}
+}

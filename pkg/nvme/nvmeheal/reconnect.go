@@ -132,6 +132,7 @@ func (t *Transport) reconnect(ctx context.Context, host *nvme.Host, n *volume.NV
 	skip := t.attempt(ctx, n.NQN+" "+ep.String(), ep.String(), true, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, t.cfg.ConnectTimeout)
 		defer cancel()
+		start := t.deps.Clock.Now()
 		if err := t.probe(cctx, ep.String()); err != nil {
 			return err
 		}
@@ -139,7 +140,9 @@ func (t *Transport) reconnect(ctx context.Context, host *nvme.Host, n *volume.NV
 		if _, err := t.deps.Connector.Connect(cctx, nvme.ConnectOptions(n, ep, t.deps.Host, secrets)); err != nil {
 			return err
 		}
-		klog.InfoS("Reconnected path", log...)
+		// took: the probe and the kernel's connect, what an event's
+		// latency to this line includes besides pathmend's own work.
+		klog.InfoS("Reconnected path", append(log, "took", t.deps.Clock.Since(start))...)
 		return nil
 	}, log)
 	if skip == "" {
