@@ -16,14 +16,17 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
+	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
-// failMounter fails every Mount while failures > 0.
+// failMounter fails every Mount while failures > 0; mounted are the
+// options of each mount it made.
 type failMounter struct {
-	*mount.FakeMounter
+	*mountstest.Table
 	failures int
+	mounted  [][]string
 }
 
 func (m *failMounter) Mount(source, target, fstype string, options []string) error {
@@ -31,7 +34,11 @@ func (m *failMounter) Mount(source, target, fstype string, options []string) err
 		m.failures--
 		return errors.New("mount: wrong fs type, bad option, bad superblock")
 	}
-	return m.FakeMounter.Mount(source, target, fstype, options)
+	if err := m.Table.Mount(source, target, fstype, options); err != nil {
+		return err
+	}
+	m.mounted = append(m.mounted, slices.Clone(options))
+	return nil
 }
 
 // checkStage stages an existing filesystem (blkid says fsType) through a
@@ -50,15 +57,15 @@ func checkStage(t *testing.T, fsType string, readOnly, xfsRepair bool, mountFail
 		}
 		return tools(argv)
 	}}
-	fm := &failMounter{FakeMounter: mount.NewFakeMounter(nil), failures: mountFailures}
+	fm := &failMounter{Table: mountstest.New(), failures: mountFailures}
 	cfg := testConfig(fsType)
 	cfg.XFSRepair = xfsRepair
 	fa := &fakeAttacher{device: filepath.Join(dir, "dev-fake")}
-	d, err := driver.New(cfg, driver.Deps{
+	d, err := driver.New(cfg, withTable(driver.Deps{
 		SysFS: sysfs.New(dir), Intents: ownerOf(t, store), Exec: utilexec.New(),
 		Mounter:   &mount.SafeFormatAndMount{Interface: fm, Exec: ex},
 		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: fa, volume.TransportISCSI: fa},
-	})
+	}, fm.Table))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,14 +84,10 @@ func checkStage(t *testing.T, fsType string, readOnly, xfsRepair bool, mountFail
 }
 
 func mountOptions(fm *failMounter) []string {
-	for _, a := range fm.GetLog() {
-		if a.Action == mount.FakeActionMount {
-			for _, mp := range fm.MountPoints {
-				return mp.Opts
-			}
-		}
+	if len(fm.mounted) == 0 {
+		return nil
 	}
-	return nil
+	return fm.mounted[len(fm.mounted)-1]
 }
 
 // An existing ext4 is checked with fsck -p before a read-write mount; the
@@ -137,7 +140,7 @@ func TestStage_TheCheckBeforeTheMountDecides(t *testing.T) {
 			if len(cmds) != wantCmds || (len(cmds) == 1 && !strings.HasPrefix(cmds[0], "fsck -p ")) {
 				t.Errorf("commands %q, want one fsck -p (none for a read-only stage)", cmds)
 			}
-			mounted := len(fm.MountPoints) > 0
+			mounted := len(fm.mounted) > 0
 			if mounted != (tc.want == codes.OK) {
 				t.Errorf("mounted %t with the stage answering %v", mounted, st.Code())
 			}
@@ -171,12 +174,12 @@ func TestStage_XFSIsRepairedOnlyWhenAllowed(t *testing.T) {
 	if st := status.Convert(statusOf(err)); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "only with --xfs-repair") || !strings.Contains(st.Message(), "agf_freeblks") {
 		t.Errorf("a damaged XFS without --xfs-repair: %v", err)
 	}
-	if len(cmds) != 1 || !strings.HasPrefix(cmds[0], "xfs_repair -n ") || len(fm.MountPoints) != 0 {
-		t.Errorf("without --xfs-repair: commands %q, mounts %v", cmds, fm.MountPoints)
+	if len(cmds) != 1 || !strings.HasPrefix(cmds[0], "xfs_repair -n ") || len(fm.mounted) != 0 {
+		t.Errorf("without --xfs-repair: commands %q, mounts %v", cmds, fm.mounted)
 	}
 	err, cmds, fm = checkStage(t, "xfs", false, true, 1, tools)
-	if err != nil || len(cmds) != 2 || !strings.HasPrefix(cmds[1], "xfs_repair /") || len(fm.MountPoints) != 1 {
-		t.Errorf("with --xfs-repair: %v, commands %q, mounts %v", err, cmds, fm.MountPoints)
+	if err != nil || len(cmds) != 2 || !strings.HasPrefix(cmds[1], "xfs_repair /") || len(fm.mounted) != 1 {
+		t.Errorf("with --xfs-repair: %v, commands %q, mounts %v", err, cmds, fm.mounted)
 	}
 	for _, c := range cmds {
 		if strings.Contains(c, " -L") {

@@ -60,12 +60,12 @@ func newLooped(t *testing.T) *looped {
 	cfg := testConfig("ext4")
 	cfg.HealthBound = l.bound
 	ex := fsTools()
-	l.drv, err = driver.New(cfg, driver.Deps{
+	l.drv, err = driver.New(cfg, withTable(driver.Deps{
 		SysFS: n.kernel.FS(), Intents: n.owner, Exec: ex,
 		Mounter:   &mount.SafeFormatAndMount{Interface: n.mnt, Exec: ex},
 		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: n.nvmeAtt, volume.TransportISCSI: n.iscsiAtt},
 		Clock:     n.clk, Model: l.model,
-	})
+	}, n.mnt.Table))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pathmend/pathmend/pkg/driver"
 	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/sysfs"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -108,7 +109,11 @@ func newStallEnv(t *testing.T) *stallEnv {
 		Attachers: map[volume.Transport]driver.Attacher{volume.TransportNVMeTCP: e.att, volume.TransportISCSI: e.att},
 		Clock:     e.clk,
 		MountInfo: e.mountInfo,
-		Model:     e.model,
+		// The fake kernel unmounts a layer at its mount point, through
+		// the gate.
+		UnmountLayer:   func(l mounts.Layer) error { return e.mnt.Unmount(l.MountPoint) },
+		MountNamespace: func() (mounts.Namespace, error) { return mounts.Namespace{Boot: "boot-1", Mount: "mnt:[1]"}, nil },
+		Model:          e.model,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -166,9 +171,9 @@ func mustContext(t *testing.T) volume.Context {
 // mountInfo is the mount table of what is mounted now, as mountinfo
 // shows an ext4 on nvme0n1 and a bind of it.
 func (e *stallEnv) mountInfo() ([]mount.MountInfo, error) {
-	var out []mount.MountInfo
+	out := []mount.MountInfo{{ID: 1, ParentID: 0, Major: 8, Minor: 1, Root: "/", MountPoint: "/", FsType: "ext4", Source: "/dev/sda1", MountOptions: []string{"rw"}, SuperOptions: []string{"rw"}}}
 	for _, mp := range e.mnt.FakeMounter.MountPoints {
-		out = append(out, mount.MountInfo{ID: 30 + len(out), Major: 259, Minor: 1, Root: "/", MountPoint: mp.Path, FsType: "ext4", Source: "/dev/nvme0n1",
+		out = append(out, mount.MountInfo{ID: 30 + len(out), ParentID: 1, Major: 259, Minor: 1, Root: "/", MountPoint: mp.Path, FsType: "ext4", Source: "/dev/nvme0n1",
 			MountOptions: []string{"rw", "relatime"}, SuperOptions: strings.Split(e.superOpt, ",")})
 	}
 	return out, nil
