@@ -1,9 +1,14 @@
 package iscsi
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/klog/v2"
 
 	"github.com/pathmend/pathmend/pkg/heal"
 )
@@ -53,5 +58,51 @@ func TestHeal_DisabledKicksAreObservedNotRun(t *testing.T) {
 	}
 	if len(r.kicker.Calls()) != 0 {
 		t.Errorf("kicks: %v", r.kicker.Calls())
+	}
+}
+
+// TestHeal_LogsEachChangeOfASessionsState: below the threshold the heal
+// decides nothing and logs no verdict, so its log says when it first saw
+// a session out of LOGGED_IN (its down clock starts then: at its first
+// look after a restart of pathmend) and when the session was LOGGED_IN
+// again, once per change, never once per tick. A companion started
+// while a foreign session is down, that then sees iscsid bring it back
+// by itself, says so instead of staying silent.
+func TestHeal_LogsEachChangeOfASessionsState(t *testing.T) {
+	down := readCapture(t, "iscsi-session-free")
+	s, _ := down.Session(2)
+	up := *down
+	up.Sessions = slices.Clone(down.Sessions)
+	for i := range up.Sessions {
+		if up.Sessions[i].ID == s.ID {
+			up.Sessions[i].State = SessionLoggedIn
+		}
+	}
+	var lines []string
+	ctx := klog.NewContext(context.Background(), funcr.New(func(prefix, args string) {
+		lines = append(lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 2}))
+	r := newRig(t, func(c *HealerConfig) { c.Scope = HealForeign; c.Threshold = 10 * time.Second })
+	for _, step := range []*Snapshot{down, down, down, &up, &up, down} {
+		r.clk.Step(time.Second)
+		tickHealer(ctx, r.h, nil, step, nil, nil)
+	}
+	var changes []string
+	for _, l := range lines {
+		if strings.Contains(l, `"session"="`+s.ID.String()+`"`) {
+			changes = append(changes, l)
+		}
+	}
+	want := []string{"out of LOGGED_IN", "LOGGED_IN again", "out of LOGGED_IN"}
+	if len(changes) != len(want) {
+		t.Fatalf("lines about %s:\n%s\nwant %d: %v", s.ID, strings.Join(changes, "\n"), len(want), want)
+	}
+	for i, w := range want {
+		if !strings.Contains(changes[i], w) {
+			t.Errorf("line %d = %s, want %q", i, changes[i], w)
+		}
+	}
+	if !strings.Contains(changes[1], `"downFor"="3s"`) {
+		t.Errorf("LOGGED_IN again: %s, want downFor 3s", changes[1])
 	}
 }

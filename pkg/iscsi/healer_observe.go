@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"k8s.io/klog/v2"
+
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
@@ -14,6 +16,7 @@ import (
 // volume that has no session.
 func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Snapshot, recs []volume.Record) []*Report {
 	var reports []*Report
+	log := klog.FromContext(ctx)
 	// Kernel sessions are keyed by SID: a relogin makes a new SID and a
 	// new clock, which is right (the new session is new).
 	for _, s := range snap.Sessions {
@@ -21,8 +24,20 @@ func (h *SessionHealer) observe(ctx context.Context, m *PortalMatcher, snap *Sna
 		r.Volumes = volumesOf(recs, s.TargetName)
 		r.InScope = h.cfg.Scope.InScope(len(r.Volumes))
 		key := sessionKey(s.ID)
+		wasDownFor, wasDown := h.down.Held(key)
 		r.DownFor = h.down.Observe(key, !s.State.LoggedIn())
 		r.TimeInState = h.inState.Observe(key+"/"+string(s.State), true)
+		// Below the threshold nothing is decided and no verdict is
+		// logged: the changes of state are, so that what the heal saw
+		// between its verdicts can be read from its log.
+		switch up := s.State.LoggedIn(); {
+		case !up && !wasDown:
+			log.V(2).Info("iSCSI session seen out of LOGGED_IN; its down clock starts now", "session", s.ID.String(), "target", s.TargetName,
+				"portal", s.PortalString(), "state", s.State, "threshold", h.cfg.Threshold, "inScope", r.InScope)
+		case up && wasDown:
+			log.V(2).Info("iSCSI session LOGGED_IN again", "session", s.ID.String(), "target", s.TargetName,
+				"portal", s.PortalString(), "downFor", heal.RoundDuration(wasDownFor))
+		}
 		reports = append(reports, r)
 	}
 	// A portal of a staged volume with no session at all is down too; its
