@@ -128,14 +128,19 @@ func (tx *Txn) Put(st Stamp, v Volume) bool {
 	if v.Facts == nil && had {
 		v.Facts = old.v.Facts
 	}
-	for i := range v.Paths {
-		p := &v.Paths[i]
-		p.Since = st.At
-		if had {
-			for _, q := range old.v.Paths {
-				if q.Endpoint == p.Endpoint && q.State == p.State && q.Object == p.Object {
-					p.Since = q.Since
-					break
+	// A steady read hands back the entry's own paths (the transport
+	// builds nothing for a volume that did not change): they carry their
+	// Since already, and are the entry's, not to be written.
+	if !had || !samePathSlice(old.v.Paths, v.Paths) {
+		for i := range v.Paths {
+			p := &v.Paths[i]
+			p.Since = st.At
+			if had {
+				for _, q := range old.v.Paths {
+					if q.Endpoint == p.Endpoint && q.State == p.State && q.Object == p.Object {
+						p.Since = q.Since
+						break
+					}
 				}
 			}
 		}
@@ -248,4 +253,10 @@ func (tx *Txn) Ticked(end, readAt time.Time) {
 
 func sameFacts(a, b map[string]Fact) bool {
 	return maps.EqualFunc(a, b, func(x, y Fact) bool { return x.ReadAt.Equal(y.ReadAt) && sameCondition(x.Condition, y.Condition) })
+}
+
+// samePathSlice reports whether a and b are the same slice (one backing
+// array, one length): a volume's paths handed back as the entry has them.
+func samePathSlice(a, b []Path) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
