@@ -73,12 +73,18 @@ type burst struct {
 	// reads already found one of them still there.
 	removed []string
 	tries   int
+	// added is set when an event added a block device: a namespace's
+	// head or one of its legs.
+	added bool
 }
 
 func (b *burst) add(e uevent.Event) {
 	b.events = append(b.events, e.String())
 	if e.Action == uevent.Remove {
 		b.removed = append(b.removed, e.Name())
+	}
+	if e.Action == uevent.Add && e.Subsystem == "block" {
+		b.added = true
 	}
 	if !e.Received.IsZero() && (b.first.IsZero() || e.Received.Before(b.first)) {
 		b.first = e.Received
@@ -311,6 +317,21 @@ func (m *Monitor) decide(ctx context.Context, t volume.Target, g *burst, snap *m
 		d.Words = "no job: " + plan.Why
 		return d
 	}
+	if g.added {
+		// The kernel adds a namespace's head and then its legs, one per
+		// controller, each as that controller's scan gets to it: read
+		// right at the add, a controller whose leg is still on its way
+		// looks as if it contributed nothing (in the lab a live, healthy
+		// controller was torn down 220 ms after a rescan brought a
+		// namespace back). The job waits for the legs to settle; the
+		// target is decided on again then, on a fresh read.
+		at := m.deps.Clock.Now().Add(addSettle)
+		if cur, ok := m.ev.revisit[t]; !ok || at.Before(cur) {
+			m.ev.revisit[t] = at
+		}
+		d.Words = fmt.Sprintf("deferred %s: a block device was just added and its namespace's legs may still be on their way; %s", addSettle, plan.Why)
+		return d
+	}
 	m.ev.running[t] = &burst{}
 	started, busy := m.deps.Intents.Go(ctx, t, plan.Holder, m.eventJob(tr))
 	if !started {
@@ -433,6 +454,10 @@ const (
 	removalSettle = 50 * time.Millisecond
 	removalTries  = 5
 )
+
+// addSettle is how long a job an event that added a block device called
+// for waits, for the namespace's other legs to appear.
+const addSettle = 2 * time.Second
 
 // stillNamed reports whether any of vols names one of the objects (a
 // path's controller or session, a block device).

@@ -306,3 +306,38 @@ func TestEvents_AReadThatStillFindsARemovedObjectIsRepeatedShortly(t *testing.T)
 		t.Errorf("NextDue after the removal was read = %v, want none", due)
 	}
 }
+
+// An event that adds a block device (a namespace's head, or a leg) calls
+// for no job at once: the kernel adds the other controllers' legs one by
+// one after it, and a controller whose leg is still on its way would be
+// torn down as not contributing (seen in the lab, 220 ms after a rescan
+// brought a namespace back). The target is decided on again addSettle
+// later, on a fresh read: a controller that still lacks its leg then is
+// repaired.
+func TestEvents_AnAddedBlockDeviceWaitsForItsLegs(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	healthyTwoTargets(t, r)
+	ctx := context.Background()
+	r.clk.Step(time.Minute)
+	r.k.DropLegs(1)
+	before := len(r.k.Calls())
+	rep := r.m.HandleEvents(ctx, uevent.Batch{Events: []uevent.Event{{Seq: 20, Action: uevent.Add, Subsystem: "block",
+		DevPath: "/devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1", Received: r.clk.Now()}}})
+	if got := decisionWords(rep); len(got) != 1 || !strings.Contains(got[0], "deferred 2s: a block device was just added") || rep.Decisions[0].Started {
+		t.Fatalf("decision on the add: %q", got)
+	}
+	if calls := r.callsSince(before); len(calls) != 0 {
+		t.Fatalf("acted at the add: %q", calls)
+	}
+	if due := r.m.NextDue(); !due.Equal(r.clk.Now().Add(addSettle)) {
+		t.Fatalf("NextDue = %v, want %v", due, r.clk.Now().Add(addSettle))
+	}
+	r.clk.Step(addSettle)
+	rep = r.m.HandleEvents(ctx, uevent.Batch{})
+	if len(rep.Decisions) == 0 || !rep.Decisions[0].Started {
+		t.Fatalf("after the settle: %q", decisionWords(rep))
+	}
+	if calls := r.callsSince(before); len(calls) == 0 || calls[0] != "delete nvme1" {
+		t.Errorf("calls after the settle, the leg still missing: %q", calls)
+	}
+}
