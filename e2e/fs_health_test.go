@@ -65,10 +65,18 @@ func portsDown(t *testing.T, l lab, nqn string) time.Time {
 
 func portsUp(t *testing.T, l lab, nqn string) time.Time {
 	t.Helper()
-	l.sh(t, fmt.Sprintf("nvmet_port_link 1 %q; nvmet_port_link 2 %q", nqn, nqn))
-	at := time.Now()
+	at := linkPorts(t, l, nqn)
 	eventually(t, 60*time.Second, "every controller of "+nqn+" live", func() bool { return ctrlStates(t, nqn) == "live" })
 	return at
+}
+
+// linkPorts links both target ports of nqn again and returns when; it
+// waits for nothing (after an unstage no controller of nqn is left to
+// come back).
+func linkPorts(t *testing.T, l lab, nqn string) time.Time {
+	t.Helper()
+	l.sh(t, fmt.Sprintf("nvmet_port_link 1 %q; nvmet_port_link 2 %q", nqn, nqn))
+	return time.Now()
 }
 
 // ctrlStates is the state of every controller of nqn when they all have
@@ -794,7 +802,9 @@ func TestFilesystem_TheUnstageStartsOnceTheKernelStopsQueueing(t *testing.T) {
 		t.Errorf("the staging mount is still there after the unstage")
 	}
 
-	portsUp(t, l, nqn)
+	// The unstage disconnected every controller: the ports come back
+	// to no one, and the stage connects anew.
+	linkPorts(t, l, nqn)
 	vol.stage(t)
 	vol.publish(t)
 	if b, err := os.ReadFile(filepath.Join(vol.target, "synced")); err != nil || !bytes.Equal(b, synced) {
