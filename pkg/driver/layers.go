@@ -112,7 +112,7 @@ func shaped(l mounts.Layer, r volume.MountLayer) bool {
 	} else if l.Source != r.Source {
 		return false
 	}
-	return l.Root == r.Root && (r.FSType == "" || l.FSType == r.FSType)
+	return mounts.SameRoot(l.Root, r.Root) && (r.FSType == "" || l.FSType == r.FSType)
 }
 
 // exact reports whether the recorded layer is l itself, so the record

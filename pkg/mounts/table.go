@@ -43,8 +43,17 @@ func (l Layer) Record(ns Namespace) volume.MountLayer {
 // have to look the same in every field.
 func (l Layer) Is(r volume.MountLayer, ns Namespace) bool {
 	return r.Boot == ns.Boot && r.Namespace == ns.Mount && ns.Boot != "" && ns.Mount != "" &&
-		l.ID == r.ID && l.Parent == r.Parent && l.Dev == r.Dev && l.Root == r.Root &&
+		l.ID == r.ID && l.Parent == r.Parent && l.Dev == r.Dev && SameRoot(l.Root, r.Root) &&
 		l.FSType == r.FSType && l.Source == r.Source
+}
+
+// SameRoot reports whether a layer's root (mountinfo field 4) is root:
+// the same path, or that path with "//deleted" after it — the kernel's
+// word for a bind whose source was unlinked since (a device node the
+// kernel removed under a block volume's publication). The mount is the
+// same one.
+func SameRoot(layerRoot, root string) bool {
+	return layerRoot == root || layerRoot == root+"//deleted"
 }
 
 // Table is a snapshot of the mount table.

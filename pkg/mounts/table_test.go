@@ -6,6 +6,8 @@ import (
 	. "github.com/pathmend/pathmend/pkg/mounts"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // A container's table: the root's parent is outside it; a staging mount,
@@ -130,4 +132,23 @@ func FuzzParseInfo(f *testing.F) {
 			tb.Covering(l.ID)
 		}
 	})
+}
+
+// A bind of a device node the kernel removed since shows its root with
+// "//deleted" after it: it is still the layer pathmend recorded (a block
+// volume's publication whose namespace was re-created must unpublish).
+func TestLayer_IsTheSameWhenItsSourceWasUnlinked(t *testing.T) {
+	ns := Namespace{Boot: "b", Mount: "mnt:[1]"}
+	rec := volume.MountLayer{ID: 34, Parent: 22, Dev: volume.DeviceNumber{Major: 0, Minor: 5}, Root: "/nvme0n2", FSType: "devtmpfs", Source: "devtmpfs", Boot: "b", Namespace: "mnt:[1]"}
+	l := Layer{ID: 34, Parent: 22, Dev: rec.Dev, Root: "/nvme0n2//deleted", FSType: "devtmpfs", Source: "devtmpfs"}
+	if !l.Is(rec, ns) {
+		t.Errorf("the bind of a removed node is not the recorded layer")
+	}
+	l.Root = "/nvme0n3"
+	if l.Is(rec, ns) {
+		t.Errorf("a bind of another node is the recorded layer")
+	}
+	if SameRoot("/nvme0n2/deleted", "/nvme0n2") || !SameRoot("/x", "/x") {
+		t.Errorf("SameRoot")
+	}
 }
