@@ -306,3 +306,26 @@ func TestEvents_AReadThatStillFindsARemovedObjectIsRepeatedShortly(t *testing.T)
 		t.Errorf("NextDue after the removal was read = %v, want none", due)
 	}
 }
+
+// A decision's log line names every event it answers by the kernel's
+// sequence numbers, as ranges, bounded.
+func TestSeqRanges(t *testing.T) {
+	many := make([]uint64, 0, 40)
+	for i := uint64(0); i < 40; i++ {
+		many = append(many, 100+2*i)
+	}
+	for _, c := range []struct {
+		in   []uint64
+		want string
+	}{
+		{nil, ""},
+		{[]uint64{970}, "970"},
+		{[]uint64{970, 971, 972, 973, 980}, "970-973,980"},
+		{[]uint64{5, 7, 8, 6}, "5,7-8,6"},
+		{many, "100,102,104,106,108,110,112,114,116,118,120,122,124,126,128,130 and 24 more"},
+	} {
+		if got := seqRanges(c.in); got != c.want {
+			t.Errorf("seqRanges(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
