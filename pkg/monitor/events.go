@@ -50,7 +50,8 @@ type Decision struct {
 	// Events are the events that named the target, in the kernel's
 	// order (String form); "job ended" or "revisit" for a follow-up.
 	Events []string
-	// Seqs are the kernel's sequence numbers of those events (logged
+	// Seqs are the kernel's sequence numbers of those events (a revisit
+	// after a removal keeps its remove event's; logged
 	// whole, as ranges, where Events is cut short): what names the
 	// events the decision answers.
 	Seqs []uint64
@@ -312,7 +313,7 @@ func (m *Monitor) decide(ctx context.Context, t volume.Target, g *burst, snap *m
 		if cur, ok := m.ev.revisit[t]; !ok || at.Before(cur) {
 			m.ev.revisit[t] = at
 		}
-		m.ev.lingering[t] = &burst{removed: g.removed, tries: g.tries + 1, first: g.first}
+		m.ev.lingering[t] = &burst{removed: g.removed, tries: g.tries + 1, first: g.first, seqs: g.seqs}
 	}
 	if plan.Holder == "" || !mayStart || m.deps.Policy.Mode() == heal.ModeOff {
 		d.Words = "no job: " + plan.Why
@@ -481,7 +482,7 @@ func (m *Monitor) revisitDue(ctx context.Context, rep *EventReport) {
 		delete(m.ev.revisit, t)
 		g := &burst{events: []string{"revisit"}}
 		if l := m.ev.lingering[t]; l != nil {
-			g.removed, g.tries, g.first = l.removed, l.tries, l.first
+			g.removed, g.tries, g.first, g.seqs = l.removed, l.tries, l.first, l.seqs
 			g.events = []string{"revisit: " + strings.Join(l.removed, ", ") + " removed"}
 		}
 		rep.Decisions = append(rep.Decisions, m.decide(ctx, t, g, snap, &listing, nil, true))

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -294,7 +295,7 @@ func TestEvents_AReadThatStillFindsARemovedObjectIsRepeatedShortly(t *testing.T)
 	before := len(r.k.Calls())
 	r.clk.Step(removalSettle)
 	rep = r.m.HandleEvents(ctx, uevent.Batch{})
-	if len(rep.Decisions) == 0 || !rep.Decisions[0].Started || rep.Decisions[0].Events[0] != "revisit: nvme1 removed" ||
+	if len(rep.Decisions) == 0 || !rep.Decisions[0].Started || rep.Decisions[0].Events[0] != "revisit: nvme1 removed" || !slices.Equal(rep.Decisions[0].Seqs, []uint64{1}) ||
 		!strings.HasPrefix(rep.Decisions[0].Words, "job started: missing paths: 127.0.0.2:4420") {
 		t.Fatalf("the read after the kernel dropped nvme1: %q", decisionWords(rep))
 	}
