@@ -21,8 +21,12 @@ const (
 
 // Read takes one snapshot of the iSCSI state below sys. at is stored as
 // Snapshot.At. A session, connection or LUN that disappears while it is
-// being read (a logout racing the read) is left out; any other missing
-// required attribute is an error naming its path. Read never writes and
+// being read (a logout racing the read) is left out, and so is one the
+// kernel is deleting: a SCSI device whose attributes are going with its
+// uevent attribute already gone (device_del's order), a session whose
+// attributes a Reader read before are gone while its class link still
+// resolves; a disk being deleted leaves its LUN without a disk. Any other
+// missing required attribute is an error naming its path. Read never writes and
 // remembers nothing: every attribute is read (pathmend diagnose, the
 // attacher). A loop that reads the same node again and again keeps a
 // Reader instead.

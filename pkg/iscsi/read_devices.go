@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/pathmend/pathmend/pkg/sysfs"
 )
@@ -51,6 +53,9 @@ func (p *pass) luns(m *sessionMemo) ([]LUN, error) {
 		}
 		tm.seen = p.r.pass
 		if luns, err = p.targetLUNs(tm, luns); err != nil {
+			if _, serr := p.root.Stat(tm.rel); removed(err) && sysfs.IsNotExist(serr) {
+				continue // the target was removed during the read (a logout's scsi_remove_target)
+			}
 			return nil, err
 		}
 	}
@@ -84,8 +89,8 @@ func (p *pass) targetLUNs(tm *targetMemo, luns []LUN) ([]LUN, error) {
 		lm.seen = p.r.pass
 		l, err := p.lun(td, lm, addr)
 		if err != nil {
-			if _, serr := td.Stat(d); sysfs.IsNotExist(serr) {
-				continue // deleted during the read
+			if _, serr := td.Stat(d); sysfs.IsNotExist(serr) || deleting(td, d, err) {
+				continue // deleted, or being deleted, during the read
 			}
 			return nil, err
 		}
@@ -131,6 +136,14 @@ func (p *pass) lun(td sysfs.Dir, lm *lunMemo, addr SCSIAddress) (LUN, error) {
 		lm.disk = dm
 	}
 	if err := text(bd, dm.size, &dm.sizeText); err != nil {
+		if deleting(bd, l.Disk, err) {
+			// The disk is being deleted (sd released the device): the
+			// LUN is read without it, as one whose driver has not bound.
+			// A LUN being deleted loses its own attributes first, and
+			// its caller leaves it out.
+			l.Disk = ""
+			return l, nil
+		}
 		return LUN{}, err
 	}
 	sectors, err := strconv.ParseInt(dm.sizeText, 10, 64)
@@ -159,9 +172,25 @@ func (p *pass) wwid(td sysfs.Dir, lm *lunMemo) (string, error) {
 		lm.wwidText = sysfs.Intern(b, lm.wwidText)
 		return lm.wwidText, nil
 	}
+	if lm.wwidText != "" {
+		// The kernel published wwid for this device and no longer does:
+		// the attribute vanished. A missing entry (its caller tells a
+		// device being deleted from a broken one), not "no WWID".
+		return "", fmt.Errorf("read %s/%s: %w", td.Rel(), lm.wwid, fs.ErrNotExist)
+	}
 	page, ok, err := readBinary(p.sys, lm.vpd)
-	if err != nil || !ok {
+	if err != nil {
 		return "", err
+	}
+	if !ok {
+		// Neither attribute: a kernel that publishes neither, or a
+		// device being deleted, which its caller leaves out (its uevent
+		// went first).
+		dev := strings.TrimSuffix(lm.wwid, "/wwid")
+		if _, serr := td.Stat(dev + "/uevent"); sysfs.IsNotExist(serr) {
+			return "", fmt.Errorf("read %s/%s: %w", td.Rel(), lm.wwid, fs.ErrNotExist)
+		}
+		return "", nil
 	}
 	id, err := ParseVPD83(page)
 	if err != nil {
@@ -286,4 +315,30 @@ func devLess(a, b string) bool {
 		return len(a) < len(b)
 	}
 	return a < b
+}
+
+// deleting reports whether err, from a read below the device directory
+// dev of d (a SCSI device H:C:T:L, a disk), is the kernel deleting that
+// device: the entry is missing and so is the device's uevent attribute
+// (or the directory itself). device_del removes a device's uevent
+// attribute first, then its attribute groups (a SCSI device's state, a
+// disk's size), sends the remove event and drops the directory last;
+// device_add creates the directory, then uevent, then the attributes, and
+// announces the device only after them. A device directory without
+// uevent is thus one being deleted (or not yet announced): no device to
+// judge, and no broken tree. A missing attribute of a device that still
+// has its uevent is an error.
+func deleting(d sysfs.Dir, dev string, err error) bool {
+	if !removed(err) {
+		return false
+	}
+	_, serr := d.Stat(dev + "/uevent")
+	return sysfs.IsNotExist(serr)
+}
+
+// removed reports whether err is a read of a sysfs entry that is not (or
+// no longer) there: ENOENT, or the ENODEV kernfs answers a read of an
+// attribute removed after it was opened.
+func removed(err error) bool {
+	return sysfs.IsNotExist(err) || errors.Is(err, syscall.ENODEV)
 }

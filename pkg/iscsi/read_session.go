@@ -41,8 +41,15 @@ func (p *pass) session(name string) (s Session, gone bool, err error) {
 	// A missing attribute below a session whose link is gone too means
 	// the session was logged out while we read; anything else is a
 	// broken tree and an error.
+	known := same && m.state != ""
 	if err := p.sessionAttrs(d, m, &s); err != nil {
-		if vanished(p.sys, m.rel, err) {
+		if vanished(p.sys, m.rel, err) || (known && removed(err)) {
+			// Or an attribute this Reader read on this very session
+			// directory is gone while the class link still resolves:
+			// iscsi_remove_session has the transport class remove the
+			// session's attributes (transport_unregister_device) before
+			// it deletes the device. A session's attributes never go
+			// otherwise.
 			return Session{}, true, nil
 		}
 		return Session{}, false, err

@@ -50,6 +50,11 @@ type Decision struct {
 	// Events are the events that named the target, in the kernel's
 	// order (String form); "job ended" or "revisit" for a follow-up.
 	Events []string
+	// Seqs are the kernel's sequence numbers of those events (a revisit
+	// after a removal keeps its remove event's; logged
+	// whole, as ranges, where Events is cut short): what names the
+	// events the decision answers.
+	Seqs []uint64
 	// Started is set when a job on the target started.
 	Started bool
 	// Read is set when the transport read the target's objects.
@@ -65,6 +70,7 @@ type Decision struct {
 // decisions: the events, and when the first was received.
 type burst struct {
 	events []string
+	seqs   []uint64
 	first  time.Time
 	// again is set when events came while the target's event job ran:
 	// the loop decides on the target again when the job ends.
@@ -80,6 +86,7 @@ type burst struct {
 
 func (b *burst) add(e uevent.Event) {
 	b.events = append(b.events, e.String())
+	b.seqs = append(b.seqs, e.Seq)
 	if e.Action == uevent.Remove {
 		b.removed = append(b.removed, e.Name())
 	}
@@ -257,7 +264,7 @@ func (m *Monitor) targetOf(snap *model.Snapshot, e uevent.Event) (volume.Target,
 // they may change instead). listing is the store's listing, read at
 // most once per batch, for targets the model does not have as owned.
 func (m *Monitor) decide(ctx context.Context, t volume.Target, g *burst, snap *model.Snapshot, listing **volume.Listing, notes map[string][]string, mayStart bool) (d Decision) {
-	d = Decision{Target: t, Events: g.events}
+	d = Decision{Target: t, Events: g.events, Seqs: g.seqs}
 	tr := m.tr[t.Transport]
 	if tr == nil {
 		return d
@@ -267,11 +274,12 @@ func (m *Monitor) decide(ctx context.Context, t volume.Target, g *burst, snap *m
 			d.Latency = m.deps.Clock.Since(g.first)
 			m.deps.Metrics.ObserveEventDecision(d.Latency)
 		}
-		klog.V(2).InfoS("Kernel event decision", "target", t.String(), "events", summarize(d.Events), "decision", d.Words, "sinceEvent", d.Latency)
+		klog.V(2).InfoS("Kernel event decision", "target", t.String(), "events", summarize(d.Events), "seqs", seqRanges(d.Seqs), "decision", d.Words, "sinceEvent", d.Latency)
 	}()
 	if run, ok := m.ev.running[t]; ok {
 		run.again = true
 		run.events = append(run.events, g.events...)
+		run.seqs = append(run.seqs, g.seqs...)
 		if run.first.IsZero() {
 			run.first = g.first
 		}
@@ -311,7 +319,7 @@ func (m *Monitor) decide(ctx context.Context, t volume.Target, g *burst, snap *m
 		if cur, ok := m.ev.revisit[t]; !ok || at.Before(cur) {
 			m.ev.revisit[t] = at
 		}
-		m.ev.lingering[t] = &burst{removed: g.removed, tries: g.tries + 1, first: g.first}
+		m.ev.lingering[t] = &burst{removed: g.removed, tries: g.tries + 1, first: g.first, seqs: g.seqs}
 	}
 	if plan.Holder == "" || !mayStart || m.deps.Policy.Mode() == heal.ModeOff {
 		d.Words = "no job: " + plan.Why
@@ -499,7 +507,7 @@ func (m *Monitor) revisitDue(ctx context.Context, rep *EventReport) {
 		delete(m.ev.revisit, t)
 		g := &burst{events: []string{"revisit"}}
 		if l := m.ev.lingering[t]; l != nil {
-			g.removed, g.tries, g.first = l.removed, l.tries, l.first
+			g.removed, g.tries, g.first, g.seqs = l.removed, l.tries, l.first, l.seqs
 			g.events = []string{"revisit: " + strings.Join(l.removed, ", ") + " removed"}
 		}
 		rep.Decisions = append(rep.Decisions, m.decide(ctx, t, g, snap, &listing, nil, true))
@@ -514,4 +522,34 @@ func summarize(events []string) string {
 		return strings.Join(events, ", ")
 	}
 	return strings.Join(events[:show], ", ") + fmt.Sprintf(" and %d more", len(events)-show)
+}
+
+// seqRanges renders sequence numbers for a log line as ranges in the
+// kernel's order ("970-973,980"), at most maxSeqRanges of them, then how
+// many numbers more.
+func seqRanges(seqs []uint64) string {
+	const maxSeqRanges = 16
+	var b strings.Builder
+	ranges := 0
+	for i := 0; i < len(seqs); {
+		j := i
+		for j+1 < len(seqs) && seqs[j+1] == seqs[j]+1 {
+			j++
+		}
+		if ranges == maxSeqRanges {
+			fmt.Fprintf(&b, " and %d more", len(seqs)-i)
+			break
+		}
+		if ranges > 0 {
+			b.WriteByte(',')
+		}
+		ranges++
+		if j == i {
+			fmt.Fprintf(&b, "%d", seqs[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", seqs[i], seqs[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -294,7 +295,7 @@ func TestEvents_AReadThatStillFindsARemovedObjectIsRepeatedShortly(t *testing.T)
 	before := len(r.k.Calls())
 	r.clk.Step(removalSettle)
 	rep = r.m.HandleEvents(ctx, uevent.Batch{})
-	if len(rep.Decisions) == 0 || !rep.Decisions[0].Started || rep.Decisions[0].Events[0] != "revisit: nvme1 removed" ||
+	if len(rep.Decisions) == 0 || !rep.Decisions[0].Started || rep.Decisions[0].Events[0] != "revisit: nvme1 removed" || !slices.Equal(rep.Decisions[0].Seqs, []uint64{1}) ||
 		!strings.HasPrefix(rep.Decisions[0].Words, "job started: missing paths: 127.0.0.2:4420") {
 		t.Fatalf("the read after the kernel dropped nvme1: %q", decisionWords(rep))
 	}
@@ -339,5 +340,28 @@ func TestEvents_AnAddedBlockDeviceWaitsForItsLegs(t *testing.T) {
 	}
 	if calls := r.callsSince(before); len(calls) == 0 || calls[0] != "delete nvme1" {
 		t.Errorf("calls after the settle, the leg still missing: %q", calls)
+	}
+}
+
+// A decision's log line names every event it answers by the kernel's
+// sequence numbers, as ranges, bounded.
+func TestSeqRanges(t *testing.T) {
+	many := make([]uint64, 0, 40)
+	for i := uint64(0); i < 40; i++ {
+		many = append(many, 100+2*i)
+	}
+	for _, c := range []struct {
+		in   []uint64
+		want string
+	}{
+		{nil, ""},
+		{[]uint64{970}, "970"},
+		{[]uint64{970, 971, 972, 973, 980}, "970-973,980"},
+		{[]uint64{5, 7, 8, 6}, "5,7-8,6"},
+		{many, "100,102,104,106,108,110,112,114,116,118,120,122,124,126,128,130 and 24 more"},
+	} {
+		if got := seqRanges(c.in); got != c.want {
+			t.Errorf("seqRanges(%v) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }

@@ -208,6 +208,12 @@ func (b *builder) file(p, value string) {
 	b.entries = append(b.entries, sysfstest.Entry{Kind: sysfstest.KindFile, Path: p, Mode: 0o444, Value: value + "\n"})
 }
 
+// uevent writes a device directory's uevent attribute (mode 0644, as the
+// kernel's) with the device's keys.
+func (b *builder) uevent(dir, keys string) {
+	b.entries = append(b.entries, sysfstest.Entry{Kind: sysfstest.KindFile, Path: dir + "/uevent", Mode: 0o644, Value: keys + "\n"})
+}
+
 func (b *builder) raw(p string, value []byte) {
 	b.entries = append(b.entries, sysfstest.Entry{Kind: sysfstest.KindFile, Path: p, Mode: 0o444, Value: string(value)})
 }
@@ -318,6 +324,10 @@ func (b *builder) lun(tdir string, host int, l LUN) {
 	addr := fmt.Sprintf("%d:0:0:%d", host, l.LUN)
 	ldir := tdir + "/" + addr
 	b.dir(ldir)
+	// uevent is the first attribute device_add creates and the first
+	// device_del removes: the reader tells a device being deleted by its
+	// absence.
+	b.uevent(ldir, "DEVTYPE=scsi_device\nDRIVER=sd\nMODALIAS=scsi:t-0x00")
 	b.file(ldir+"/state", l.State)
 	b.wo(ldir + "/delete")
 	b.wo(ldir + "/rescan")
@@ -337,6 +347,7 @@ func (b *builder) lun(tdir string, host int, l LUN) {
 	b.disks[l.Disk] = bdir
 	b.link("block/"+l.Disk, "../"+bdir)
 	b.dir(bdir + "/holders")
+	b.uevent(bdir, "MAJOR=8\nMINOR="+strconv.Itoa(l.Minor)+"\nDEVNAME="+l.Disk+"\nDEVTYPE=disk")
 	b.file(bdir+"/size", strconv.FormatInt(l.Sectors, 10))
 	b.file(bdir+"/dev", "8:"+strconv.Itoa(l.Minor))
 	b.link(bdir+"/device", "../../../"+addr)
