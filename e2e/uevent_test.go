@@ -481,7 +481,15 @@ func TestUevents_AnISCSISessionLoggedOutIsNoticedAtOnce(t *testing.T) {
 			s, ok := sessionTo(t, v.sys, iqn, "127.0.0.2:3260")
 			return ok && s.State.LoggedIn() && len(s.LUNs) > 0 && s.LUNs[0].Disk != ""
 		})
-		atRest(t, v.proc.logPath, target, iscsiRest, rest)
+		if round > 1 {
+			// Before the first round pathmend's decisions answered the
+			// stage's own events, the last of them possibly before the
+			// volume's record was staged ("no staged volume of the
+			// target"), and nothing since may have been announced: the
+			// tick waited for above read the target at rest. From the
+			// second round on, the login's events are answered.
+			atRest(t, v.proc.logPath, target, iscsiRest, rest)
+		}
 		s := v.session(t, "127.0.0.2:3260")
 		sid := s.ID.String()
 		ofSession := func(e uevent.Event) bool {
