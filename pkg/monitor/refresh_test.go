@@ -117,3 +117,43 @@ func TestRefreshStaged_WritesAVolumeStagedBetweenTicks(t *testing.T) {
 		t.Errorf("vol-a was read again: %+v", a)
 	}
 }
+
+// A volume staged again on a new device (its old one replaced by the
+// kernel): RefreshStaged writes the device its users hold now, not the
+// one the last tick read, so its health is not "staged device replaced"
+// once it is restaged.
+func TestRefreshStaged_TheRestagedDeviceReplacesTheHeldOne(t *testing.T) {
+	r := newRigKernel(t, heal.ModeObserve, nil, func(f func()) { f() }, nvmetest.NewKernelInPlace)
+	var held volume.StagedDevice
+	r.m.deps.Staged = func(recs []volume.Record) (map[string]volume.StagedDevice, error) {
+		out := map[string]volume.StagedDevice{}
+		for _, x := range recs {
+			out[x.VolumeID] = held
+		}
+		return out, nil
+	}
+	a := rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2")
+	a.State = volume.StateStaged
+	r.set(t, a)
+	r.connectAged(t, nqnA, "127.0.0.1", "127.0.0.2")
+	ctx := context.Background()
+	held = volume.StagedDevice{Device: volume.BlockDevice{Name: "nvme9n1", Number: volume.DeviceNumber{Major: 259, Minor: 99}}, From: "the staging mount"}
+	r.m.Tick(ctx)
+	v, _ := r.status("vol-a")
+	if v.Condition.Reason != volume.ReasonStagedDeviceReplaced {
+		t.Fatalf("before the restage: %+v, want StagedDeviceReplaced", v.Condition)
+	}
+	// Restaged: the users now hold the namespace's current device.
+	if len(v.Devices) == 0 {
+		t.Fatalf("the volume has no current device: %+v", v)
+	}
+	held = volume.StagedDevice{Device: v.Devices[0], From: "the staging mount"}
+	r.clk.Step(time.Second)
+	if err := r.m.RefreshStaged(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	v, _ = r.status("vol-a")
+	if v.Held == nil || *v.Held != held || v.Condition.Reason == volume.ReasonStagedDeviceReplaced {
+		t.Errorf("after RefreshStaged of the restaged volume: held %+v, condition %+v", v.Held, v.Condition)
+	}
+}
