@@ -201,16 +201,7 @@ func (p *pass) host() (*Host, error) {
 		p.attach(sub, &c, devs)
 	}
 	clear(owner)
-	sortByInstance(h.Controllers, func(c Controller) (int, string) { return c.Name.Instance(), string(c.Name) })
-	for i := range h.Subsystems {
-		s := &h.Subsystems[i]
-		sortByInstance(s.Namespaces, func(n Namespace) (int, string) { return n.HeadInstance, string(n.Head) })
-		for j := range s.Namespaces {
-			sortByInstance(s.Namespaces[j].Paths, func(p Path) (int, string) {
-				return p.Controller.Instance(), string(p.Controller)
-			})
-		}
-	}
+	sortHost(h)
 	h.Skipped = p.skipped
 	return h, nil
 }
@@ -280,4 +271,20 @@ func sortByInstance[T any](s []T, key func(T) (int, string)) {
 		bi, bs := key(b)
 		return compareInstance(ai, bi, as, bs)
 	})
+}
+
+// sortHost puts h in the order every read gives: controllers by
+// instance, and within each subsystem its namespaces by head and each
+// namespace's paths by controller.
+func sortHost(h *Host) {
+	sortByInstance(h.Controllers, func(c Controller) (int, string) { return c.Name.Instance(), string(c.Name) })
+	for i := range h.Subsystems {
+		s := &h.Subsystems[i]
+		sortByInstance(s.Namespaces, func(n Namespace) (int, string) { return n.HeadInstance, string(n.Head) })
+		for j := range s.Namespaces {
+			sortByInstance(s.Namespaces[j].Paths, func(p Path) (int, string) {
+				return p.Controller.Instance(), string(p.Controller)
+			})
+		}
+	}
 }

@@ -149,16 +149,7 @@ func (p *pass) target(nqn string) (*Host, error) {
 		i := slices.IndexFunc(h.Subsystems, func(s Subsystem) bool { return s.Name == sub })
 		p.attach(&h.Subsystems[i], &c, devs)
 	}
-	sortByInstance(h.Controllers, func(c Controller) (int, string) { return c.Name.Instance(), string(c.Name) })
-	for i := range h.Subsystems {
-		s := &h.Subsystems[i]
-		sortByInstance(s.Namespaces, func(n Namespace) (int, string) { return n.HeadInstance, string(n.Head) })
-		for j := range s.Namespaces {
-			sortByInstance(s.Namespaces[j].Paths, func(p Path) (int, string) {
-				return p.Controller.Instance(), string(p.Controller)
-			})
-		}
-	}
+	sortHost(h)
 	// What was skipped of nqn's objects, as TargetOf keeps it of a full
 	// read: another subsystem's new object looked at and gone is not
 	// nqn's business.
