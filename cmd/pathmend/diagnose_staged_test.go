@@ -19,20 +19,7 @@ import (
 // name says. Compared by device number: the capture's nvme0n2 is 259:3.
 func TestDiagnose_StagedDeviceReplaced(t *testing.T) {
 	root, state := sysRoot(t, "nvme-healthy"), stateDir(t, "nvme-healthy")
-	store, err := volume.NewStore(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for id, staging := range map[string]string{"pv-a1": "/staging/pv-a1", "pv-a2": "/staging/pv-a2"} {
-		r, err := store.Get(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.AccessType, r.FSType, r.StagingPath = volume.AccessMount, "ext4", staging
-		if err := store.Put(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stageExt4(t, state)
 	mi := filepath.Join(t.TempDir(), "mountinfo")
 	table := "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n" +
 		"36 22 259:1 / /staging/pv-a1 rw,relatime shared:2 - ext4 /dev/disk/by-id/nvme-uuid.f68ad72e rw\n" + // the head, by another name
@@ -89,20 +76,7 @@ func TestDiagnose_StagedDeviceReplaced(t *testing.T) {
 // co-tenant on the same head's subsystem is no defect.
 func TestDiagnose_FilesystemReadOnly(t *testing.T) {
 	root, state := sysRoot(t, "nvme-healthy"), stateDir(t, "nvme-healthy")
-	store, err := volume.NewStore(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for id, staging := range map[string]string{"pv-a1": "/staging/pv-a1", "pv-a2": "/staging/pv-a2"} {
-		r, err := store.Get(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.AccessType, r.FSType, r.StagingPath = volume.AccessMount, "ext4", staging
-		if err := store.Put(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stageExt4(t, state)
 	// The capture's heads: nvme0n1 is 259:1, nvme0n2 259:3.
 	for dev, attrs := range map[string]map[string]string{
 		"nvme0n1": {"errors_count": "7", "first_error_time": "1796405719", "first_error_func": "ext4_wait_block_bitmap", "last_error_time": "1796405739", "last_error_func": "__ext4_new_inode"},
@@ -177,5 +151,25 @@ func TestDiagnose_FilesystemReadOnly(t *testing.T) {
 	code, out, _ = runDiagnoseAt("--sys-root", root, "--state-dir", state, "--mountinfo", mi, "--proc-root", proc)
 	if code != diagnoseDefects || !strings.Contains(out, "FilesystemReadOnly") {
 		t.Errorf("table: exit %d:\n%s", code, out)
+	}
+}
+
+// stageExt4 makes the capture's records of pv-a1 and pv-a2 ext4
+// filesystem volumes staged at /staging/<id>.
+func stageExt4(t *testing.T, state string) {
+	t.Helper()
+	store, err := volume.NewStore(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, staging := range map[string]string{"pv-a1": "/staging/pv-a1", "pv-a2": "/staging/pv-a2"} {
+		r, err := store.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.AccessType, r.FSType, r.StagingPath = volume.AccessMount, "ext4", staging
+		if err := store.Put(r); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
