@@ -25,7 +25,6 @@ import (
 // The staged-device check reads no sysfs beyond the number of a replaced
 // device, and runs in every heal mode: it reports, it changes nothing.
 func (m *Monitor) commit(r model.Round, vols []model.Volume, node map[string][]volume.Condition) (replaced, abnormalFS []string) {
-	vols = slices.Clone(vols) // the transport's own, as in writeTarget
 	byID := make(map[string]*volume.Record, len(r.Listing.Records))
 	staged := r.Listing.Records // when every record is staged, as on a steady node
 	for i := range r.Listing.Records {
@@ -211,10 +210,6 @@ func (m *Monitor) refreshTarget(ctx context.Context, t volume.Target, staged *vo
 }
 
 func (m *Monitor) writeTarget(st model.Stamp, recs []volume.Record, vols []model.Volume, keepNotes bool) {
-	// The transport may hand back the volumes it keeps between reads:
-	// what the loop sets on them (a replaced device's condition, notes)
-	// is this write's, not the transport's.
-	vols = slices.Clone(vols)
 	prev := m.deps.Model.Snapshot()
 	byID := make(map[string]*volume.Record, len(recs))
 	for i := range recs {
