@@ -26,13 +26,11 @@ func defaultMountInfo() ([]mount.MountInfo, error) {
 	return mounts.ReadInfo(mounts.SelfMountInfo)
 }
 
-// mounts reads the mount table through the MountInfo seam.
+// mounts reads the mount table through the MountInfo seam, as
+// volume.Mounts (readMountTable).
 func (d *Driver) mounts() ([]volume.Mount, error) {
-	infos, err := d.deps.MountInfo()
-	if err != nil {
-		return nil, err
-	}
-	return MountsOf(infos), nil
+	mt := d.readMountTable()
+	return mt.mounts, mt.err
 }
 
 // MountsOf turns the mount table as k8s mount-utils parses mountinfo into
