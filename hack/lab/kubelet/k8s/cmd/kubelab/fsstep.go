@@ -160,7 +160,8 @@ func (l *Lab) filesystemError(handle string) error {
 	})
 	l.note("CSINode status.storageHealth[%s]: %s", driverName, describeStorageHealth(sh))
 	l.check(err == nil, "CSINode storage health: %v", err)
-	l.check(len(l.pathmendLines("Staged filesystem is not healthy")) > 0, "pathmend logged no \"Staged filesystem is not healthy\" line")
+	_, err = l.waitLines("Staged filesystem is not healthy")
+	l.check(err == nil, "pathmend logged no \"Staged filesystem is not healthy\" line: %v", err)
 
 	// Restart the pods: kubelet unstages; the next pod's stage checks the
 	// filesystem before it mounts it.

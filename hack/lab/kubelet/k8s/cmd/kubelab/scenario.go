@@ -443,8 +443,8 @@ func (l *Lab) nvmeHeal() error {
 	c, _ := l.nvmeController(nvmeB)
 	// The kernel deleted the controller and never reconnects one it has
 	// deleted: pathmend must have.
-	reconnects := linesWith(l.pathmendLines("Reconnected path"), `"endpoint":"`+nvmeB+`"`)
-	l.check(len(reconnects) > 0, "%s is live again but pathmend logged no \"Reconnected path\" to it", nvmeB)
+	reconnects, err := l.waitLines("Reconnected path", `"endpoint":"`+nvmeB+`"`)
+	l.check(err == nil, "%s is live again but pathmend logged no \"Reconnected path\" to it: %v", nvmeB, err)
 	l.note("%s live to %s %.1fs after the port came back; pathmend: %s", c, nvmeB, time.Since(t0).Seconds(),
 		strings.Join(reconnects, " | "))
 	return l.expectHealthy([]string{podNVMeFS, podNVMeBlock}, nqn, t0)
@@ -463,6 +463,19 @@ next:
 		out = append(out, line)
 	}
 	return out
+}
+
+// waitLines waits for pathmend's log lines with message msg that hold
+// every one of subs. pathmend logs what it did after the kernel shows it
+// (the lab has shown up to 3 s between the two): a step that saw the
+// kernel's state waits for the line, with a deadline 40 times that.
+func (l *Lab) waitLines(msg string, subs ...string) ([]string, error) {
+	var lines []string
+	err := l.wait(2*time.Minute, fmt.Sprintf("pathmend's %q line with %s", msg, strings.Join(subs, ", ")), func() (bool, error) {
+		lines = linesWith(l.pathmendLines(msg), subs...)
+		return len(lines) > 0, nil
+	})
+	return lines, err
 }
 
 // pathmendLines returns pathmend's log lines (JSON) whose msg is msg.
@@ -517,22 +530,27 @@ fi`, s))
 
 func (l *Lab) iscsiHeal() error {
 	t0 := time.Now()
+	var session string
 	if err := l.wait(4*time.Minute, "a LOGGED_IN session through "+proxied, func() (bool, error) {
 		s, err := l.iscsiSession(proxied)
 		if err != nil || s == "" {
 			return false, nil
 		}
 		b, err := os.ReadFile("/sys/class/iscsi_session/" + s + "/state")
+		session = s
 		return err == nil && strings.TrimSpace(string(b)) == "LOGGED_IN", nil
 	}); err != nil {
 		return err
 	}
+	up := time.Since(t0)
 	// iscsid never brings a #387-stuck session back by itself: pathmend
-	// must have kicked it.
-	kicks := linesWith(l.pathmendLines("iSCSI session verdict"), `"portal":"`+proxied+`"`, `"result":"LOGGED_IN"`)
-	l.check(len(kicks) > 0, "the session through %s is LOGGED_IN again but pathmend logged no verdict that brought it back", proxied)
-	l.note("session through %s LOGGED_IN %.1fs into this step; pathmend: %s", proxied, time.Since(t0).Seconds(),
-		strings.Join(kicks, " | "))
+	// must have kicked it. Its "repaired" verdict names the new session
+	// and comes once pathmend has read it LOGGED_IN.
+	kicks, err := l.waitLines("iSCSI session verdict", `"portal":"`+proxied+`"`,
+		`"result":"LOGGED_IN"`, `"newSession":"`+session+`"`)
+	l.check(err == nil, "the session through %s (%s) is LOGGED_IN again but pathmend logged no verdict that brought it back: %v", proxied, session, err)
+	l.note("session through %s (%s) LOGGED_IN %.1fs into this step, pathmend's verdict %.1fs later: %s", proxied, session,
+		up.Seconds(), (time.Since(t0) - up).Seconds(), strings.Join(kicks, " | "))
 	return l.expectHealthy([]string{podISCSI}, iqn, t0)
 }
 
