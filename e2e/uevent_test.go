@@ -301,26 +301,8 @@ func (ls *latencies) report(t *testing.T) {
 // and the kernel's connect).
 func TestUevents_ADeletedControllerIsReconnectedOnTheKernelsEvent(t *testing.T) {
 	l := needLab(t)
-	l.teardownAll(t)
 	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-uevents"
-	nvmeTwoPortTarget(t, l, nqn)
-	conn, logPath := startPathmendLog(t, l, "lab-node", "--heal=repair", ueventInterval)
-	node := csi.NewNodeClient(conn)
-	staging := filepath.Join(t.TempDir(), "staging")
-	if err := os.MkdirAll(staging, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	rpc(t, "NodeStageVolume", func(ctx context.Context) error {
-		_, err := node.NodeStageVolume(ctx, stageReq("vol-uevents", staging, twoPathContext(nqn, 1)))
-		return err
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-uevents", StagingTargetPath: staging}); err != nil {
-			t.Errorf("NodeUnstageVolume: %v", err)
-		}
-	})
+	logPath := stageForEvents(t, l, nqn, "vol-uevents")
 	events := listenUevents(t)
 	fsys := sysfs.New("/sys")
 	target := "nvme-tcp " + nqn
@@ -383,27 +365,8 @@ func TestUevents_ADeletedControllerIsReconnectedOnTheKernelsEvent(t *testing.T) 
 // first round).
 func TestUevents_AVanishedAndReturnedNamespaceIsDecidedOnAtOnce(t *testing.T) {
 	l := needLab(t)
-	l.teardownAll(t)
 	const nqn = "nqn.2024-01.io.pathmend.lab:e2e-uevents-ns"
-	nvmeTwoPortTarget(t, l, nqn)
-	conn, logPath := startPathmendLog(t, l, "lab-node", "--heal=repair", ueventInterval)
-	node := csi.NewNodeClient(conn)
-	staging := filepath.Join(t.TempDir(), "staging")
-	if err := os.MkdirAll(staging, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	rpc(t, "NodeStageVolume", func(ctx context.Context) error {
-		_, err := node.NodeStageVolume(ctx, stageReq("vol-uevents-ns", staging, twoPathContext(nqn, 1)))
-		return err
-	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-uevents-ns", StagingTargetPath: staging}); err != nil {
-			t.Errorf("NodeUnstageVolume: %v", err)
-			_, _ = l.trySh(t, 2*time.Minute, "umount -l "+staging)
-		}
-	})
+	logPath := stageForEvents(t, l, nqn, "vol-uevents-ns")
 	events := listenUevents(t)
 	target := "nvme-tcp " + nqn
 	head := func(a uevent.Action) func(uevent.Event) bool {
@@ -529,4 +492,33 @@ func TestUevents_AnISCSISessionLoggedOutIsNoticedAtOnce(t *testing.T) {
 		})
 	}
 	lat.report(t)
+}
+
+// stageForEvents stages volID on a fresh two-port target nqn (namespace
+// 1) with pathmend ticking every ueventInterval, so that only the
+// kernel's events can make it act between ticks, and unstages it at the
+// end of the test. It returns pathmend's log.
+func stageForEvents(t *testing.T, l lab, nqn, volID string) string {
+	t.Helper()
+	l.teardownAll(t)
+	nvmeTwoPortTarget(t, l, nqn)
+	conn, logPath := startPathmendLog(t, l, "lab-node", "--heal=repair", ueventInterval)
+	node := csi.NewNodeClient(conn)
+	staging := filepath.Join(t.TempDir(), "staging")
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	rpc(t, "NodeStageVolume", func(ctx context.Context) error {
+		_, err := node.NodeStageVolume(ctx, stageReq(volID, staging, twoPathContext(nqn, 1)))
+		return err
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: volID, StagingTargetPath: staging}); err != nil {
+			t.Errorf("NodeUnstageVolume: %v", err)
+			_, _ = l.trySh(t, 2*time.Minute, "umount -l "+staging)
+		}
+	})
+	return logPath
 }
