@@ -53,6 +53,24 @@ func (l *Lab) kubeletArgs() []string {
 	}
 }
 
+// startLimit is the safety net of each bring-up wait for a daemon the lab
+// just started (etcd, kube-apiserver, containerd, pathmend, kubelet) to
+// answer; each wait ends as soon as its event is seen, or as soon as one
+// of the daemons exits (waitFor watches them all). A start under TCG is
+// CPU-bound and slows with the host's load. Idle, the slowest seen were
+// kube-apiserver's /readyz 126 s and kubelet's Node and CSINode 88 s.
+// Beside two CPU burners on the host (make e2e-under-load) etcd took
+// 12.6 s (2.1 s idle), kube-apiserver 394 s (31 s idle), and kubelet
+// logged its first line 3 min 38 s after it was started and asked to
+// register its Node 5 min 8 s after: 8 s past the 5 minutes the Node wait
+// had then, and the run failed with kubelet about to register. 20
+// minutes is 3x the slowest start seen under load and 9x the slowest
+// idle. (kube-apiserver's "Too large resource version" lines are its
+// object-count estimator asking the watch cache of a resource without
+// events, which etcd 3.4's progress notifications never advance; they
+// appear in every run, idle and passing too, and are not the cause.)
+const startLimit = 20 * time.Minute
+
 // bringUp starts the node: etcd, kube-apiserver, containerd (with the
 // lab's images), pathmend and its registrar, kubelet.
 func (l *Lab) bringUp() error {
@@ -108,7 +126,7 @@ func (l *Lab) etcd() error {
 		"--initial-cluster=lab=http://127.0.0.1:2380", "--logger=zap", "--log-level=warn"); err != nil {
 		return err
 	}
-	return l.wait(2*time.Minute, "etcd /health", func() (bool, error) {
+	return l.wait(startLimit, "etcd /health", func() (bool, error) {
 		resp, err := http.Get("http://127.0.0.1:2379/health")
 		if err != nil {
 			return false, err
@@ -147,7 +165,7 @@ func (l *Lab) apiserver() error {
 		return err
 	}
 	var last string
-	err := l.wait(10*time.Minute, "kube-apiserver /readyz", func() (bool, error) {
+	err := l.wait(startLimit, "kube-apiserver /readyz", func() (bool, error) {
 		ctx, cancel := l.ctx()
 		defer cancel()
 		b, err := l.cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -169,7 +187,7 @@ func (l *Lab) containerd() error {
 	if err := l.start("containerd", "/usr/bin/containerd", "--config=/etc/containerd/config.toml"); err != nil {
 		return err
 	}
-	if err := l.wait(2*time.Minute, "containerd's socket", func() (bool, error) {
+	if err := l.wait(startLimit, "containerd's socket", func() (bool, error) {
 		_, err := command("ctr", "--address", containerd, "version")
 		return err == nil, err
 	}); err != nil {
@@ -201,7 +219,7 @@ func (l *Lab) pathmend() error {
 	if err := l.start("pathmend", l.pathmendArgs()...); err != nil {
 		return err
 	}
-	err := l.wait(time.Minute, "pathmend's socket", func() (bool, error) {
+	err := l.wait(startLimit, "pathmend's socket", func() (bool, error) {
 		_, err := os.Stat(csiSocket)
 		return err == nil, err
 	})
@@ -216,18 +234,21 @@ func (l *Lab) pathmend() error {
 }
 
 func (l *Lab) kubelet() error {
+	t0 := time.Now()
 	if err := l.start("kubelet", l.kubeletArgs()...); err != nil {
 		return err
 	}
-	if err := l.wait(5*time.Minute, "Node "+nodeName, func() (bool, error) {
+	err := l.wait(startLimit, "Node "+nodeName, func() (bool, error) {
 		ctx, cancel := l.ctx()
 		defer cancel()
 		_, err := l.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil, ignoreNotFound(err)
-	}); err != nil {
+	})
+	l.note("%s", kubeletProgress(filepath.Join(l.out, "kubelet.log"), t0))
+	if err != nil {
 		return err
 	}
-	err := l.wait(3*time.Minute, "pathmend in CSINode "+nodeName, l.driverRegistered)
+	err = l.wait(startLimit, "pathmend in CSINode "+nodeName, l.driverRegistered)
 	l.note("registrar restarted %d times before kubelet accepted the registration", l.registrar.Restarts())
 	if n := l.registrar.Restarts(); n > 0 {
 		l.retried("the registrar was restarted %d times (kubelet refused a registration, as it restarts a DaemonSet's registrar container)", n)
@@ -256,4 +277,53 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+// kubeletProgress says how far the kubelet started at t0 got, from its
+// log (the part after kubelab's last "starting kubelet" line): when it
+// logged its first line and when it asked to register its Node. A slow
+// guest shows here as a late first line.
+func kubeletProgress(path string, t0 time.Time) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("kubelet's log: %v", err)
+	}
+	text := string(b)
+	if i := strings.LastIndex(text, "==== kubelab: starting kubelet"); i >= 0 {
+		text = text[i:]
+	}
+	var first, register time.Time
+	for _, line := range strings.Split(text, "\n") {
+		at, ok := klogTime(line, t0)
+		if !ok {
+			continue
+		}
+		if first.IsZero() {
+			first = at
+		}
+		if strings.Contains(line, "Attempting to register node") {
+			register = at
+			break
+		}
+	}
+	since := func(t time.Time) string {
+		if t.IsZero() {
+			return "not yet"
+		}
+		return fmt.Sprintf("%.1fs after its start", t.Sub(t0).Seconds())
+	}
+	return fmt.Sprintf("kubelet logged its first line %s and asked to register its Node %s", since(first), since(register))
+}
+
+// klogTime reads the time of a klog text line ("I1204 19:48:18.376958 ..."),
+// in the year of ref (klog's header has none).
+func klogTime(line string, ref time.Time) (time.Time, bool) {
+	if len(line) < 22 || !strings.ContainsRune("IWEF", rune(line[0])) {
+		return time.Time{}, false
+	}
+	t, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return t.AddDate(ref.Year(), 0, 0), true
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -315,5 +316,54 @@ func TestLinesWith_EverySubstring(t *testing.T) {
 	got := linesWith(lines, `"portal":"127.0.0.3:3260"`, `"result":"LOGGED_IN"`)
 	if diff := cmp.Diff(lines[:1], got); diff != "" {
 		t.Errorf("linesWith (-want +got):\n%s", diff)
+	}
+}
+
+// kubeletProgress reads the kubelet started last: its first klog line and
+// its registration attempt, as seconds after its start.
+func TestKubeletProgressReadsTheLastStartOfKubelet(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 19, 44, 40, 0, time.Local)
+	log := `==== kubelab: starting kubelet at 2026-12-04T19:30:00Z: /lab/bin/kubelet
+I1204 19:30:05.000000     100 server.go:257] "Effective KubeletConfiguration"
+I1204 19:30:09.000000     100 kubelet_node_status.go:75] "Attempting to register node" node="pathmend-lab"
+==== kubelab: starting kubelet at 2026-12-04T19:44:40.75202956Z: /lab/bin/kubelet
+	address: 0.0.0.0
+I1204 19:48:18.500000     249 server.go:257] "Effective KubeletConfiguration" config=<
+E1204 19:49:24.164975     249 kubelet_node_status.go:396] "Error getting the current node from lister"
+I1204 19:49:48.673404     249 kubelet_node_status.go:75] "Attempting to register node" node="pathmend-lab"
+`
+	path := filepath.Join(t.TempDir(), "kubelet.log")
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := kubeletProgress(path, t0)
+	want := "kubelet logged its first line 218.5s after its start and asked to register its Node 308.7s after its start"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if err := os.WriteFile(path, []byte(log[:strings.Index(log, "I1204 19:49:48")]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := kubeletProgress(path, t0); !strings.HasSuffix(got, "asked to register its Node not yet") {
+		t.Errorf("without a registration attempt: %q", got)
+	}
+}
+
+// The report names the wait that came nearest its limit.
+func TestWaitKeepsTheClosestWait(t *testing.T) {
+	l := newLab(t.TempDir(), t.TempDir())
+	if err := os.MkdirAll(l.out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.wait(time.Hour, "fast", func() (bool, error) { return true, nil })
+	n := 0
+	_ = l.wait(time.Second, "slow", func() (bool, error) { n++; return n > 2, nil })
+	if l.closest.What != "slow" || l.closest.Limit != time.Second {
+		t.Fatalf("closest %+v, want the slow wait", l.closest)
+	}
+	var b strings.Builder
+	l.report(&b, nil)
+	if !strings.Contains(b.String(), "Closest wait: slow took") {
+		t.Errorf("report without the closest wait:\n%s", b.String())
 	}
 }

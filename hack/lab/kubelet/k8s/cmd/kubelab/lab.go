@@ -34,6 +34,23 @@ type Lab struct {
 	// retries are the steps made again, each with its cause: the report
 	// counts them (a finding each, not a pass).
 	retries []string
+	// closest is the wait that came nearest its limit (took/limit): the
+	// report names it, so a wait that a slower guest would miss shows
+	// before it fails.
+	closest waitRecord
+}
+
+// waitRecord is one wait's time against its limit.
+type waitRecord struct {
+	What        string
+	Took, Limit time.Duration
+}
+
+func (w waitRecord) ratio() float64 {
+	if w.Limit <= 0 {
+		return 0
+	}
+	return w.Took.Seconds() / w.Limit.Seconds()
 }
 
 // Step is one timed part of the scenario. Failures are assertions that
@@ -132,9 +149,15 @@ func (l *Lab) watched() []*Daemon {
 	return ds
 }
 
-// wait is waitFor watching every daemon.
+// wait is waitFor watching every daemon; it keeps the wait that came
+// nearest its limit for the report.
 func (l *Lab) wait(timeout time.Duration, what string, cond func() (bool, error)) error {
-	return waitFor(timeout, what, cond, l.watched()...)
+	t0 := time.Now()
+	err := waitFor(timeout, what, cond, l.watched()...)
+	if r := (waitRecord{What: what, Took: time.Since(t0), Limit: timeout}); r.ratio() > l.closest.ratio() {
+		l.closest = r
+	}
+	return err
 }
 
 // start starts a daemon logging to <out>/<name>.log.
@@ -228,6 +251,9 @@ func (l *Lab) report(w io.Writer, runErr error) {
 	fmt.Fprintf(&b, "\nRetries: %d (each a finding, not a pass).\n", len(l.retries))
 	for _, r := range l.retries {
 		fmt.Fprintf(&b, "- %s\n", r)
+	}
+	if c := l.closest; c.Limit > 0 {
+		fmt.Fprintf(&b, "\nClosest wait: %s took %.1fs of its %s limit (%.2f).\n", c.What, c.Took.Seconds(), c.Limit, c.ratio())
 	}
 	l.memMu.Lock()
 	if l.memMinKiB > 0 {
