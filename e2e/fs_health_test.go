@@ -54,19 +54,22 @@ nvmet_port_link 2 "$nqn"
 
 // portsDown unlinks both ports from the subsystem and waits until every
 // controller of it is connecting; portsUp links them again and waits
-// until they are live.
+// until they are live. The kernel's own transitions: connecting at once
+// when the port goes (the connect fails -111), live ~1.5 s after it comes
+// back with reconnect_delay 2 (idle); 2 minutes is a safety net above
+// 50x that.
 func portsDown(t *testing.T, l lab, nqn string) time.Time {
 	t.Helper()
 	l.sh(t, fmt.Sprintf("nvmet_port_unlink 1 %q; nvmet_port_unlink 2 %q", nqn, nqn))
 	at := time.Now()
-	eventually(t, 30*time.Second, "every controller of "+nqn+" connecting", func() bool { return ctrlStates(t, nqn) == "connecting" })
+	eventually(t, 2*time.Minute, "every controller of "+nqn+" connecting", func() bool { return ctrlStates(t, nqn) == "connecting" })
 	return at
 }
 
 func portsUp(t *testing.T, l lab, nqn string) time.Time {
 	t.Helper()
 	at := linkPorts(t, l, nqn)
-	eventually(t, 60*time.Second, "every controller of "+nqn+" live", func() bool { return ctrlStates(t, nqn) == "live" })
+	eventually(t, 2*time.Minute, "every controller of "+nqn+" live", func() bool { return ctrlStates(t, nqn) == "live" })
 	return at
 }
 
@@ -371,21 +374,28 @@ func outageThenRestage(t *testing.T, fsType, reason, state string, port int) {
 		t.Fatal(err)
 	}
 	head, _, _ := headOf(t, nqn, 1)
-	eventually(t, 15*time.Second, "the metric to say vol-fs is healthy", func() bool { return metricState(t, metrics, vol.id) == "healthy" })
+	// The health RPCs and the metric read the model the loop writes each
+	// tick: every wait on them below is a wait for a tick or two
+	// (tickLimit), not for seconds.
+	eventually(t, tickLimit(2), "the metric to say vol-fs is healthy", func() bool { return metricState(t, metrics, vol.id) == "healthy" })
 	if hs, _ := vol.health(t); len(hs) != 0 {
 		t.Fatalf("vol-fs before the outage: %v", hs)
 	}
 	w := startBlockWriter(t, filepath.Join(vol.target, "blocks"))
-	eventually(t, 20*time.Second, "10 blocks written", func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.durable >= 10 })
+	// 10 writes + fsyncs of a block each: ~1 s idle; 2 min is a safety net.
+	eventually(t, 2*time.Minute, "10 blocks written", func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.durable >= 10 })
 	coSeen, coStop := watchHealth(t, co, 500*time.Millisecond)
 
 	down := portsDown(t, l, nqn)
 	t.Logf("both ports away; every controller connecting %s later", time.Since(down).Round(100*time.Millisecond))
-	eventually(t, 60*time.Second, "the writer's write to fail", func() bool { err, _ := w.failure(); return err != nil })
+	// The kernel fails the queued I/O fastIOFailTmo (5 s) after the paths
+	// went down; its timer work ran 1-2 s late on a loaded guest. 2 min is
+	// 17x the slowest seen.
+	eventually(t, 2*time.Minute, "the writer's write to fail", func() bool { err, _ := w.failure(); return err != nil })
 	werr, failedAt := w.failure()
 	t.Logf("the writer's write + fsync failed %s after the ports went away: %v", failedAt.Sub(down).Round(100*time.Millisecond), werr)
 	var downHealth []string
-	eventually(t, 30*time.Second, "vol-fs reported "+reason+" with the paths down", func() bool {
+	eventually(t, tickLimit(2), "vol-fs reported "+reason+" with the paths down", func() bool {
 		downHealth, _ = vol.health(t)
 		return strings.Contains(strings.Join(downHealth, ","), "INACCESSIBLE "+reason)
 	})
@@ -394,7 +404,7 @@ func outageThenRestage(t *testing.T, fsType, reason, state string, port int) {
 	up := portsUp(t, l, nqn)
 	t.Logf("ports back after %s", up.Sub(down).Round(100*time.Millisecond))
 	var msgs map[string]string
-	eventually(t, 30*time.Second, "vol-fs's paths live again, its filesystem still reported", func() bool {
+	eventually(t, tickLimit(2), "vol-fs's paths live again, its filesystem still reported", func() bool {
 		hs, m := vol.health(t)
 		msgs = m
 		return len(hs) == 1 && hs[0] == "INACCESSIBLE "+reason
@@ -436,16 +446,17 @@ func outageThenRestage(t *testing.T, fsType, reason, state string, port int) {
 
 	// The co-tenant: never a filesystem condition; HEALTHY with its
 	// paths back; its data intact.
-	eventually(t, 30*time.Second, "vol-co healthy", func() bool { hs, _ := co.health(t); return len(hs) == 0 })
+	eventually(t, tickLimit(2), "vol-co healthy", func() bool { hs, _ := co.health(t); return len(hs) == 0 })
 	coStop()
 	seen := coSeen()
 	t.Logf("vol-co's health through the outage: %v", seen)
 	if hasFilesystemReason(seen) {
 		t.Errorf("the co-tenant was reported with a filesystem condition: %v", seen)
 	}
-	if got := metricState(t, metrics, co.id); got != "healthy" {
-		t.Errorf("metric state of vol-co = %q", got)
-	}
+	// The metric is written by the tick that wrote the model; a health
+	// RPC may have read the volume itself (past the model's bound) a
+	// tick earlier: wait for the tick, do not read the metric once.
+	eventually(t, tickLimit(2), "vol-co's metric healthy", func() bool { return metricState(t, metrics, co.id) == "healthy" })
 	if b, err := os.ReadFile(filepath.Join(co.staging, "proof")); err != nil || !bytes.Equal(b, coProof) {
 		t.Errorf("the co-tenant's data: %d bytes, %v", len(b), err)
 	}
@@ -461,7 +472,7 @@ func outageThenRestage(t *testing.T, fsType, reason, state string, port int) {
 	if hs, _ := vol.health(t); len(hs) != 0 {
 		t.Errorf("vol-fs after the restage: %v", hs)
 	}
-	eventually(t, 15*time.Second, "the metric to say vol-fs is healthy again", func() bool { return metricState(t, metrics, vol.id) == "healthy" })
+	eventually(t, tickLimit(2), "the metric to say vol-fs is healthy again", func() bool { return metricState(t, metrics, vol.id) == "healthy" })
 	verifyBlocks(t, filepath.Join(vol.target, "blocks"), n)
 	if err := writeSync(filepath.Join(vol.target, "after"), []byte("writable again")); err != nil {
 		t.Errorf("a write after the restage: %v", err)
@@ -525,7 +536,7 @@ func TestFilesystem_TheFilesystemsOwnKnobsLeaveTheCoTenantHealthy(t *testing.T) 
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, "three healthy volumes", func() bool {
+	eventually(t, tickLimit(2), "three healthy volumes", func() bool {
 		for _, v := range []*fsVolume{e, x, co} {
 			if hs, _ := v.health(t); len(hs) != 0 {
 				return false
@@ -542,13 +553,13 @@ func TestFilesystem_TheFilesystemsOwnKnobsLeaveTheCoTenantHealthy(t *testing.T) 
 		reason, state string
 	}{{e, "FilesystemReadOnly", "read_only"}, {x, "FilesystemShutdown", "shutdown"}} {
 		var msgs map[string]string
-		eventually(t, 15*time.Second, c.v.id+" "+c.reason, func() bool {
+		eventually(t, tickLimit(2), c.v.id+" "+c.reason, func() bool {
 			hs, m := c.v.health(t)
 			msgs = m
 			return len(hs) == 1 && hs[0] == "INACCESSIBLE "+c.reason
 		})
 		t.Logf("%s: INACCESSIBLE %s: %s", c.v.id, c.reason, msgs[c.reason])
-		eventually(t, 15*time.Second, c.v.id+"'s metric "+c.state, func() bool { return metricState(t, metrics, c.v.id) == c.state })
+		eventually(t, tickLimit(2), c.v.id+"'s metric "+c.state, func() bool { return metricState(t, metrics, c.v.id) == c.state })
 	}
 	if err := writeSync(filepath.Join(e.target, "after"), []byte("x")); err == nil {
 		t.Errorf("a write to the ext4 after its error succeeded")
@@ -688,7 +699,9 @@ func TestFilesystem_NoRPCWaitsWhenEveryPathIsDown(t *testing.T) {
 
 	back := portsUp(t, l, nqn)
 	var took2 time.Duration
-	eventually(t, 60*time.Second, "NodeUnstageVolume to complete with the paths back", func() bool {
+	// Each try is an RPC that answers at once while the paths come back
+	// (live ~1.5 s idle after the ports return); 2 min is a safety net.
+	eventually(t, 2*time.Minute, "NodeUnstageVolume to complete with the paths back", func() bool {
 		took2, err = timedRPC(calls[0].call)
 		return err == nil
 	})
@@ -708,7 +721,7 @@ func TestFilesystem_NoRPCWaitsWhenEveryPathIsDown(t *testing.T) {
 	}
 	head, _, _ := headOf(t, nqn, 1)
 	l.sh(t, fmt.Sprintf(`for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn)" = %q ] && echo 1 > $c/delete_controller; done; true`, nqn))
-	eventually(t, 30*time.Second, "the kernel to remove "+head, func() bool { _, _, ok := headOf(t, nqn, 1); return !ok })
+	eventually(t, 2*time.Minute, "the kernel to remove "+head, func() bool { _, _, ok := headOf(t, nqn, 1); return !ok })
 	took3, err := timedRPC(calls[0].call)
 	t.Logf("timing: NodeUnstageVolume after the controllers were deleted (device removed): %s, %v", took3.Round(time.Millisecond), err)
 	if err != nil {
@@ -787,10 +800,12 @@ func TestFilesystem_TheUnstageStartsOnceTheKernelStopsQueueing(t *testing.T) {
 		}
 	}
 	// pathmend starts the unmount one health bound after the expiry it
-	// computed: until then it answers as before; then it completes.
+	// computed: until then it answers as before; then it completes. The
+	// expiry has passed (the kernel said so above): what is left is the
+	// health bound, a few ticks; tickLimit(5) is the safety net.
 	var calls, slowest time.Duration
 	n := 0
-	eventually(t, 2*time.Minute, "NodeUnstageVolume to complete once the kernel fails the I/O", func() bool {
+	eventually(t, tickLimit(5), "NodeUnstageVolume to complete once the kernel fails the I/O", func() bool {
 		took, err := timedRPC(unstage)
 		n++
 		calls += took
@@ -802,9 +817,10 @@ func TestFilesystem_TheUnstageStartsOnceTheKernelStopsQueueing(t *testing.T) {
 	})
 	t.Logf("timing: NodeUnstageVolume past the expiry: completed on try %d, %s after the ports went away; slowest answer %s, mean %s",
 		n, time.Since(down).Round(100*time.Millisecond), slowest.Round(time.Millisecond), (calls / time.Duration(n)).Round(time.Millisecond))
-	if slowest > 30*time.Second {
-		t.Errorf("a NodeUnstageVolume took %s", slowest)
-	}
+	// No call hung: each answered before its 210 s context, and none
+	// answered anything but Unavailable or OK (a call meeting a queue
+	// answers Aborted after --kernel-call-timeout, 10 s): both fail the
+	// test above. The answer times are logged, not asserted in seconds.
 	for _, ln := range readLog(t, logPath) {
 		if strings.HasPrefix(ln.Msg, "A kernel call is still waiting") {
 			t.Logf("pathmend: %s", ln.Raw)

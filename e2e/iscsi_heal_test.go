@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +81,12 @@ func TestISCSI_HealRelogsInAStuckSessionBesideALivePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := a.Device
+	// The attacher waits for multipathd's map as long as a loaded guest
+	// needs (newPathmendISCSI): without one the volume is on one disk,
+	// and "two paths in the map" below could never hold. Say so now.
+	if !strings.HasPrefix(filepath.Base(dev.Path), "dm-") {
+		t.Fatalf("attached %s, not a multipath map: multipathd assembled no map over the two paths within the attacher's wait", dev.Path)
+	}
 	rec := volume.Record{VolumeID: "pv-mp", Context: vc, Device: dev.Path, AccessType: volume.AccessBlock}
 	p.recs.put(rec)
 	stuck, _ := sessionTo(t, p.sys, iqn, proxyPortal)

@@ -40,14 +40,21 @@ func ticksBetween(lines []logLine, from, to time.Time) int {
 	return n
 }
 
+// tickLimit is the safety net of a wait for what pathmend does within n
+// monitor ticks: a minute plus 20 s a tick. The tests tick every second,
+// and a tick took 3 s with the host's load average at 24: the limit is
+// ~7x the slowest tick seen plus a minute for the RPC or scrape that reads
+// the answer.
+func tickLimit(n int) time.Duration {
+	return time.Minute + time.Duration(n)*20*time.Second
+}
+
 // waitTicks waits until the log at path shows n ticks started after from,
-// and returns the log's lines. The limit allows 20 s a tick plus a
-// minute: the tests tick every second, and a tick took 3 s with the host's
-// load average at 24.
+// and returns the log's lines (limit: tickLimit(n)).
 func waitTicks(t *testing.T, path string, from time.Time, n int) []logLine {
 	t.Helper()
 	var lines []logLine
-	eventually(t, time.Minute+time.Duration(n)*20*time.Second, "pathmend's log to show "+strconv.Itoa(n)+" more monitor ticks", func() bool {
+	eventually(t, tickLimit(n), "pathmend's log to show "+strconv.Itoa(n)+" more monitor ticks", func() bool {
 		lines = readLog(t, path)
 		return ticksBetween(lines, from, time.Now().Add(time.Hour)) >= n
 	})
