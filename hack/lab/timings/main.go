@@ -259,6 +259,8 @@ func runNotes(g group) []string {
 	switch g.runs[0].fields[colCommand] {
 	case "soak":
 		return append(parts, soakNotes(g)...)
+	case "kubelet-lab":
+		return append(parts, kubeletNotes(g)...)
 	case "e2e":
 	default:
 		return parts
@@ -314,6 +316,30 @@ func soakNotes(g group) []string {
 		parts = append(parts, "longest heal (fault undone → every path live) per kind: "+strings.Join(kinds, ", "))
 	}
 	return parts
+}
+
+// kubeletNotes: a kubelet lab run records its three longest steps where
+// an e2e run has its tests' times.
+func kubeletNotes(g group) []string {
+	longest := map[string]float64{}
+	for _, r := range g.runs {
+		for step, s := range r.tests {
+			longest[step] = max(longest[step], s)
+		}
+	}
+	names := sortedKeys(longest)
+	sort.SliceStable(names, func(i, j int) bool { return longest[names[i]] > longest[names[j]] })
+	var top []string
+	for i, n := range names {
+		if i == 3 {
+			break
+		}
+		top = append(top, fmt.Sprintf("%s %.0f s", n, longest[n]))
+	}
+	if len(top) == 0 {
+		return nil
+	}
+	return []string{"longest steps (max over the runs): " + strings.Join(top, "; ")}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

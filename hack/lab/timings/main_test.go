@@ -83,6 +83,22 @@ func TestRender_LoadRetriesAndRunsUnderLoad(t *testing.T) {
 	}
 }
 
+// A kubelet lab run (hack/lab/kubelet/run.sh) records its longest steps
+// where an e2e run has its tests.
+func TestRender_KubeletLabRunsNameTheirLongestSteps(t *testing.T) {
+	line := "2026-12-05T13:00:00Z\tkubelet-lab\t-\tcached image, cached Kubernetes\twarm\t60\t900\t990\tpass\t-\t" +
+		"kube-apiserver ready (/readyz)=394.4,kubelet: node registered; pathmend registered (CSINode)=320.5,iSCSI: the session through the proxy stuck (open-iscsi #387)=80.0" +
+		"\t6.1.0-57-amd64\t2\t24GiB\t5.2, 2 burners\t1\t3.7\n"
+	runs, err := parseRuns(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "| `make kubelet-lab` under load | cached image, cached Kubernetes | warm | 1 | 16.5 min | longest steps (max over the runs): kube-apiserver ready (/readyz) 394 s; kubelet: node registered; pathmend registered (CSINode) 320 s; iSCSI: the session through the proxy stuck (open-iscsi #387) 80 s; host load 5.2 (2 burners at normal priority); retries 1; closest wait 1/3.7 of its limit |"
+	if got := render(runs); !strings.Contains(got, want) {
+		t.Errorf("rendered table lacks %q:\n%s", want, got)
+	}
+}
+
 func TestParseRuns_RejectsBadLines(t *testing.T) {
 	for _, bad := range []string{"a\tb\n", strings.Replace(sample, "\t104\t", "\tx\t", 1), strings.Replace(sample, "TestB=150.5", "TestB150", 1)} {
 		if _, err := parseRuns(bad); err == nil {

@@ -253,7 +253,7 @@ func (l *Lab) report(w io.Writer, runErr error) {
 		fmt.Fprintf(&b, "- %s\n", r)
 	}
 	if c := l.closest; c.Limit > 0 {
-		fmt.Fprintf(&b, "\nClosest wait: %s took %.1fs of its %s limit (%.2f).\n", c.What, c.Took.Seconds(), c.Limit, c.ratio())
+		fmt.Fprintf(&b, "\nClosest wait: %s took %.1fs of its %s limit (1/%.1f).\n", c.What, c.Took.Seconds(), c.Limit, 1/c.ratio())
 	}
 	l.memMu.Lock()
 	if l.memMinKiB > 0 {
