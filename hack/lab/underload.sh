@@ -28,7 +28,9 @@ for ((i = 0; i < LAB_BURNERS; i++)); do
 done
 lab_step "$LAB_BURNERS CPU burners at normal priority (pids ${pids[*]}) until the command ends: $*"
 rc=0
-"$@" || rc=$?
+# Each step of the command times itself from its own start (lib.sh:
+# LAB_T0): without this, its record would count the steps before it.
+env -u LAB_T0 "$@" || rc=$?
 stop_burners
 lab_step "burners stopped; exit status $rc"
 exit "$rc"
