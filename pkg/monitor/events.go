@@ -126,11 +126,18 @@ func (c Config) fullSpacing() time.Duration {
 //   - deferred decisions that fell due (a grace, a cooldown or a backoff
 //     a plan or a job ran into): their target is decided on again.
 //
+// Every transport is told of the batch first (Transport.Notice), losses
+// included, so that no listing it keeps outlives an object the batch
+// added or removed.
+//
 // Events are hints: the plan decides on its own read, and the job on a
 // read under the lease, with the heal policy's grace, cooldown and
 // co-tenant rules.
 func (m *Monitor) HandleEvents(ctx context.Context, b uevent.Batch) EventReport {
 	var rep EventReport
+	for _, tr := range m.deps.Transports {
+		tr.Notice(b)
+	}
 	now := m.deps.Clock.Now()
 	if len(b.Lost) > 0 || m.ev.fullDue(now, m.cfg.fullSpacing()) {
 		if len(b.Lost) > 0 {

@@ -96,6 +96,11 @@ type Transport interface {
 	// as they are now, and whether it needs a job. Called from the loop's
 	// goroutine, never between a Plan and its Finish.
 	PlanTarget(ctx context.Context, r model.TargetRound) model.TargetPlan
+	// Notice is told of every batch of kernel events, losses included,
+	// before the loop decides on any of it (the loop's goroutine): a
+	// transport that keeps a listing of the node between reads drops
+	// what the batch may have changed.
+	Notice(b uevent.Batch)
 }
 
 // Intents is what the loop needs of the node's intent owner

@@ -87,6 +87,11 @@ type Reader struct {
 	pass        uint64
 	subsysClass listing
 	ctrlClass   listing
+	// kept is set while the two class listings are as the last read
+	// that listed both left them and nothing said they may have changed
+	// since (Forget); byNQN is the index PeekTarget builds from them.
+	kept        bool
+	byNQN       *classIndex
 	subsystems  map[SubsystemName]*subsysMemo
 	controllers map[ControllerName]*ctrlMemo
 	// owner and devs are scratch space reused by every pass.
@@ -124,9 +129,11 @@ func (r *Reader) Read() (*Host, error) {
 	defer p.root.Close()
 	h, err := p.host()
 	if err != nil {
+		r.forget()
 		return nil, err
 	}
 	r.prune()
+	r.listed()
 	return h, nil
 }
 
@@ -140,6 +147,9 @@ type pass struct {
 	skipped []Skip
 	// want, when set, is the one subsystem NQN a ReadTarget reads.
 	want string
+	// moved is set when an object the Reader knew was found gone, or
+	// another object under its name (open).
+	moved bool
 }
 
 // host is one Read: subsystems with their namespaces, then controllers

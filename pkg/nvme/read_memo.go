@@ -1,6 +1,7 @@
 package nvme
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -27,13 +28,24 @@ type object struct {
 
 // open opens o's directory for this pass. same is false when it is not
 // the directory o's memo describes (or the memo is new): the caller
-// forgets what the memo holds.
+// forgets what the memo holds. A directory the Reader knew that is gone,
+// or is another object now, sets the pass's moved.
 func (p *pass) open(o *object) (d sysfs.Dir, same bool, err error) {
 	d, err = p.root.OpenDir(o.rel)
 	if err != nil {
-		return sysfs.Dir{}, false, p.vanished(o.rel, err)
+		err = p.vanished(o.rel, err)
+		if errors.Is(err, errVanished) && o.id != (sysfs.Identity{}) {
+			p.moved = true
+		}
+		return sysfs.Dir{}, false, err
 	}
-	o.seen, same, o.id = p.r.pass, d.Identity() == o.id, d.Identity()
+	prev := o.id
+	o.seen, o.id = p.r.pass, d.Identity()
+	same = o.id == prev
+	if !same && prev != (sysfs.Identity{}) {
+		// Another object under a name the Reader knew.
+		p.moved = true
+	}
 	return d, same, nil
 }
 

@@ -23,10 +23,22 @@ import (
 func (r *Reader) ReadTarget(nqn string) (*Host, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.readTarget(nqn)
+}
+
+// readTarget is ReadTarget with r.mu held: the class listings are read
+// again, and kept.
+func (r *Reader) readTarget(nqn string) (*Host, error) {
 	r.pass++
 	p := &pass{r: r, fs: r.attrs.FS(), attrs: r.attrs, root: r.attrs.OpenRoot(), want: nqn}
 	defer p.root.Close()
-	return p.target(nqn)
+	h, err := p.target(nqn)
+	if err != nil {
+		r.forget()
+		return nil, err
+	}
+	r.listed()
+	return h, nil
 }
 
 // TargetOf returns the part of h that belongs to the subsystem NQN nqn:

@@ -68,6 +68,7 @@ func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (
 	}
 	reader, paths := NewReader(tree.FS(), ScopeAll), NewReader(tree.FS(), ScopePaths)
 	targets, allTargets := NewReader(tree.FS(), ScopePaths), NewReader(tree.FS(), ScopeAll)
+	told, untold := &peeker{r: NewReader(tree.FS(), ScopePaths), told: true}, &peeker{r: NewReader(tree.FS(), ScopePaths)}
 	remembering := func() (*Host, error) {
 		before := reader.Counts().Reads
 		h, err := reader.Read()
@@ -94,6 +95,8 @@ func checkChanges(t *testing.T, r *rand.Rand, steps int, kinds map[string]int) (
 		checkPathScope(t, paths, want, history, tree.Topology())
 		checkTargets(t, r, targets, pathScope(want), history, tree.Topology())
 		checkTargets(t, r, allTargets, want, history, tree.Topology())
+		checkPeeks(t, told, tree.FS(), pathScope(want), history, tree.Topology())
+		checkPeeks(t, untold, tree.FS(), pathScope(want), history, tree.Topology())
 	}, kinds)
 	return incremental, fresh
 }

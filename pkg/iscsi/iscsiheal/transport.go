@@ -307,6 +307,10 @@ func (t *Transport) TargetOf(o uevent.Object) (volume.Target, bool) {
 	return iscsiTarget(iqn), true
 }
 
+// Notice does nothing: ReadTarget lists the session class every time,
+// and keeps no listing for an event to make old.
+func (t *Transport) Notice(uevent.Batch) {}
+
 // PlanTarget reads target r.Target's sessions only
 // (iscsi.Reader.ReadTarget) and returns its volumes as they are now: the
 // staged volumes among the round's records (owned), or the target's

@@ -39,6 +39,35 @@ func (t *Transport) TargetOf(o uevent.Object) (volume.Target, bool) {
 	return nvmeTarget(nqn), true
 }
 
+// Notice drops the class listings the reader keeps for PlanTarget
+// (nvme.Reader.Forget) when b lost events, or added or removed (or
+// renamed) a controller or a subsystem instance: the objects a kept
+// listing would not show, or would show though gone. Every other event
+// leaves them (a change, a block device: below a subsystem or a
+// controller, whose directories every read lists afresh).
+func (t *Transport) Notice(b uevent.Batch) {
+	if len(b.Lost) > 0 {
+		t.reader.Forget()
+		return
+	}
+	for _, e := range b.Events {
+		if classChange(e) {
+			t.reader.Forget()
+			return
+		}
+	}
+}
+
+// classChange reports whether e adds, removes or renames an entry of
+// class/nvme or class/nvme-subsystem.
+func classChange(e uevent.Event) bool {
+	switch e.Action {
+	case uevent.Add, uevent.Remove, uevent.Move:
+		return e.Subsystem == "nvme" || e.Subsystem == "nvme-subsystem"
+	}
+	return false
+}
+
 // PlanTarget reads subsystem r.Target's objects only
 // (nvme.Reader.ReadTarget) and plans it as Plan plans a tick, for that
 // subsystem alone: owned, a defect, a missing path of a staged volume
@@ -76,13 +105,45 @@ func (t *Transport) planOwnedTarget(r model.TargetRound, nqn string) model.Targe
 		p.Why = "no staged-volume record of the subsystem"
 		return p
 	}
-	host, err := t.reader.ReadTarget(nqn)
+	host, kept, err := t.reader.PeekTarget(nqn)
+	if err == nil && kept {
+		// From the class listings the reader kept: trusted when it finds
+		// every path live and nothing to do; anything missing or wrong
+		// is confirmed on a read that lists them again, and that read is
+		// what is planned and written.
+		if p = t.planOwnedHost(r, nqn, host, exps, mine, byID); p.Holder == "" && len(p.Defects) == 0 && p.Revisit.IsZero() && allWell(p.Volumes) && len(host.Skipped) == 0 {
+			return p
+		}
+		host, err = t.reader.ReadTarget(nqn)
+	}
 	if err != nil {
-		p.Why = "read failed: " + err.Error()
+		p = model.TargetPlan{Why: "read failed: " + err.Error()}
 		klog.ErrorS(err, "Read of an NVMe subsystem after a kernel event failed; the tick reads it again", "nqn", nqn)
 		return p
 	}
-	p.Read = true
+	return t.planOwnedHost(r, nqn, host, exps, mine, byID)
+}
+
+// allWell reports whether every volume is healthy, every path of it
+// live, and no volume has a note.
+func allWell(vols []model.Volume) bool {
+	for _, v := range vols {
+		if len(v.Notes) > 0 || v.Condition.Abnormal() {
+			return false
+		}
+		for _, p := range v.Paths {
+			if p.State != model.PathLive {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// planOwnedHost plans owned subsystem nqn from host, a read of its
+// objects.
+func (t *Transport) planOwnedHost(r model.TargetRound, nqn string, host *nvme.Host, exps, mine []nvme.Expectation, byID map[string]*volume.Record) model.TargetPlan {
+	p := model.TargetPlan{Read: true}
 	idx := nvme.NewIndex(host)
 	holders := map[volume.Target]string{}
 	var why []string
