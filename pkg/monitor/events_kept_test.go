@@ -1,0 +1,81 @@
+package monitor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/pathmend/pathmend/pkg/heal"
+	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/uevent"
+)
+
+// changed is a "change nvme" event of controller ctrl, as the kernel
+// sends it after a reconnect: it adds and removes nothing, so the class
+// listings the NVMe transport keeps stay kept.
+func changed(r *rig, ctrl string) uevent.Batch {
+	return uevent.Batch{Events: []uevent.Event{{Seq: 900, Action: uevent.Change, Subsystem: "nvme",
+		DevPath: "/devices/virtual/nvme-fabrics/ctl/" + ctrl, Env: map[string]string{"NVME_EVENT": "connected"}, Received: r.clk.Now()}}}
+}
+
+// The kept class listings never decide: the kernel deletes a controller
+// of vol-a and connects its endpoint again, and the loop has not been
+// told (those events are still on their way), so the listings the
+// transport kept are stale. An event naming vol-a's other controller is
+// decided on a read that finds the path there (the new controller, whose
+// timeouts are then aligned): nothing connects, the model names what the
+// kernel has. Then the kernel deletes it
+// again, still untold: the next decision finds the path missing and
+// reconnects it — stale listings hid nothing and showed nothing gone.
+func TestEvents_AStaleKeptListingDecidesNothing(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	healthyTwoTargets(t, r)
+	ctx := context.Background()
+	if rep := r.m.HandleEvents(ctx, changed(r, "nvme0")); len(rep.Decisions) != 1 || rep.Decisions[0].Started {
+		t.Fatalf("healthy: %q", decisionWords(rep))
+	}
+
+	if err := r.k.Disconnect("nvme1"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.k.Connect(ctx, fabricsOpts(nqnA, "127.0.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl := fmt.Sprintf("nvme%d", res.Instance)
+	r.k.TakeUevents() // not yet handed to the loop
+	before := len(r.k.Calls())
+	rep := r.m.HandleEvents(ctx, changed(r, "nvme0"))
+	// The read found the new controller: its timeouts are aligned (a
+	// job that writes them), no endpoint is missing, nothing connects.
+	if len(rep.Decisions) == 0 || !strings.HasSuffix(rep.Decisions[0].Words, "timeouts to align") || strings.Contains(strings.Join(decisionWords(rep), " "), "missing") {
+		t.Fatalf("after an untold reconnect: %q", decisionWords(rep))
+	}
+	for _, c := range r.callsSince(before) {
+		if strings.HasPrefix(c, "connect") {
+			t.Errorf("calls: %v", r.callsSince(before))
+		}
+	}
+	v, _ := r.status("vol-a")
+	objects := map[string]bool{}
+	for _, p := range v.Paths {
+		objects[p.Object] = p.State == model.PathLive
+	}
+	if !objects[ctrl] || !objects["nvme0"] {
+		t.Errorf("vol-a's paths %+v; want nvme0 and %s live", v.Paths, ctrl)
+	}
+
+	if err := r.k.Disconnect(ctrl); err != nil {
+		t.Fatal(err)
+	}
+	r.k.TakeUevents()
+	before = len(r.k.Calls())
+	rep = r.m.HandleEvents(ctx, changed(r, "nvme0"))
+	if len(rep.Decisions) == 0 || !rep.Decisions[0].Started || !strings.Contains(rep.Decisions[0].Words, "missing paths: 127.0.0.2:4420") {
+		t.Fatalf("after an untold delete: %q", decisionWords(rep))
+	}
+	if calls := r.callsSince(before); len(calls) != 1 || calls[0] != "connect 127.0.0.2:4420" {
+		t.Errorf("calls: %v", calls)
+	}
+}
