@@ -23,7 +23,7 @@ type Model struct {
 // New returns an empty model: generation 0, no volume, never ticked.
 func New() *Model {
 	m := &Model{}
-	m.cur.Store(&Snapshot{volumes: map[string]entry{}, node: map[string][]volume.Condition{}, ix: &index{}})
+	m.cur.Store(&Snapshot{node: map[string][]volume.Condition{}, ix: &index{}})
 	return m
 }
 
@@ -81,6 +81,8 @@ type Txn struct {
 	// reindexed is set once next has an index of its own: a change
 	// that added, dropped or renamed a volume's target or objects.
 	reindexed bool
+	// own are the shards of next's volumes the transaction copied.
+	own writable
 }
 
 // snap returns the snapshot being built, copying the old one on the
@@ -89,7 +91,7 @@ func (tx *Txn) snap() *Snapshot {
 	if tx.next == nil {
 		o := tx.old
 		tx.next = &Snapshot{Gen: tx.gen, Ticked: o.Ticked, ReadAt: o.ReadAt,
-			volumes: maps.Clone(o.volumes), node: maps.Clone(o.node), ix: o.ix}
+			volumes: o.volumes, node: maps.Clone(o.node), ix: o.ix}
 	}
 	return tx.next
 }
@@ -121,7 +123,7 @@ func (tx *Txn) Get(id string) (Volume, bool) { return tx.current().Volume(id) }
 // over from the entry for every path in the same state with the same
 // object, and is st.At for the others. Put takes ownership of v's slices.
 func (tx *Txn) Put(st Stamp, v Volume) bool {
-	old, had := tx.current().volumes[v.ID]
+	old, had := tx.current().volumes.get(v.ID)
 	if had && old.st.Newer(st) {
 		return false
 	}
@@ -151,20 +153,20 @@ func (tx *Txn) Put(st Stamp, v Volume) bool {
 		tx.reindex()
 	}
 	if had && sameContent(old.v, &v) && sameFacts(old.v.Facts, v.Facts) {
-		s.volumes[v.ID] = entry{v: old.v, st: st}
+		s.volumes.set(&tx.own, v.ID, entry{v: old.v, st: st})
 		return true
 	}
 	nv := new(Volume)
 	*nv = v
 	nv.Gen = tx.gen
-	s.volumes[v.ID] = entry{v: nv, st: st}
+	s.volumes.set(&tx.own, v.ID, entry{v: nv, st: st})
 	return true
 }
 
 // Delete drops the entry of id, with its facts.
 func (tx *Txn) Delete(id string) {
-	if _, ok := tx.current().volumes[id]; ok {
-		delete(tx.snap().volumes, id)
+	if _, ok := tx.current().volumes.get(id); ok {
+		tx.snap().volumes.del(&tx.own, id)
 		tx.reindex()
 	}
 }
@@ -175,7 +177,7 @@ func (tx *Txn) Delete(id string) {
 // wrote is kept whatever keep says.
 func (tx *Txn) Sweep(st Stamp, keep func(Volume) bool) {
 	var drop []string
-	for id, e := range tx.current().volumes {
+	for id, e := range tx.current().volumes.all() {
 		if !st.Newer(e.st) {
 			continue
 		}
@@ -188,7 +190,7 @@ func (tx *Txn) Sweep(st Stamp, keep func(Volume) bool) {
 	}
 	s := tx.snap()
 	for _, id := range drop {
-		delete(s.volumes, id)
+		s.volumes.del(&tx.own, id)
 	}
 	tx.reindex()
 }
@@ -196,7 +198,7 @@ func (tx *Txn) Sweep(st Stamp, keep func(Volume) bool) {
 // SetFact sets the fact of volume id kept under name; it reports false,
 // and sets nothing, when the model has no entry of id.
 func (tx *Txn) SetFact(id, name string, f Fact) bool {
-	e, ok := tx.current().volumes[id]
+	e, ok := tx.current().volumes.get(id)
 	if !ok {
 		return false
 	}
@@ -210,13 +212,13 @@ func (tx *Txn) SetFact(id, name string, f Fact) bool {
 	}
 	v.Facts[name] = f
 	v.Gen = tx.gen
-	tx.snap().volumes[id] = entry{v: &v, st: e.st}
+	tx.snap().volumes.set(&tx.own, id, entry{v: &v, st: e.st})
 	return true
 }
 
 // ClearFact drops the fact of volume id kept under name.
 func (tx *Txn) ClearFact(id, name string) {
-	e, ok := tx.current().volumes[id]
+	e, ok := tx.current().volumes.get(id)
 	if !ok {
 		return
 	}
@@ -227,7 +229,7 @@ func (tx *Txn) ClearFact(id, name string) {
 	v.Facts = maps.Clone(v.Facts)
 	delete(v.Facts, name)
 	v.Gen = tx.gen
-	tx.snap().volumes[id] = entry{v: &v, st: e.st}
+	tx.snap().volumes.set(&tx.own, id, entry{v: &v, st: e.st})
 }
 
 // SetNode sets the node's conditions kept under source (the NVMe and the

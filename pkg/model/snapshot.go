@@ -21,7 +21,7 @@ type Snapshot struct {
 	// ReadAt is when the last tick's full read began.
 	ReadAt time.Time
 
-	volumes map[string]entry
+	volumes shards
 	node    map[string][]volume.Condition
 
 	// The lookups by target and by kernel object, built on first use:
@@ -57,11 +57,11 @@ func (e entry) view() Volume {
 }
 
 // Len is the number of volumes.
-func (s *Snapshot) Len() int { return len(s.volumes) }
+func (s *Snapshot) Len() int { return s.volumes.n }
 
 // Volume returns the entry of id.
 func (s *Snapshot) Volume(id string) (Volume, bool) {
-	e, ok := s.volumes[id]
+	e, ok := s.volumes.get(id)
 	if !ok {
 		return Volume{}, false
 	}
@@ -80,9 +80,10 @@ func (s *Snapshot) Fresh(id string, now time.Time, bound time.Duration) (Volume,
 
 // Volumes returns every entry, by ID.
 func (s *Snapshot) Volumes() []Volume {
-	out := make([]Volume, 0, len(s.volumes))
-	for _, id := range slices.Sorted(maps.Keys(s.volumes)) {
-		out = append(out, s.volumes[id].view())
+	out := make([]Volume, 0, s.volumes.n)
+	for _, id := range s.volumes.ids() {
+		e, _ := s.volumes.get(id)
+		out = append(out, e.view())
 	}
 	return out
 }
@@ -92,7 +93,8 @@ func (s *Snapshot) OfTarget(t volume.Target) []Volume {
 	ids := s.index().byTarget[t]
 	out := make([]Volume, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, s.volumes[id].view())
+		e, _ := s.volumes.get(id)
+		out = append(out, e.view())
 	}
 	return out
 }
@@ -121,8 +123,9 @@ func (s *Snapshot) index() *index {
 	ix.once.Do(func() {
 		ix.byTarget = map[volume.Target][]string{}
 		ix.objects = map[string]volume.Target{}
-		for _, id := range slices.Sorted(maps.Keys(s.volumes)) {
-			v := s.volumes[id].v
+		for _, id := range s.volumes.ids() {
+			e, _ := s.volumes.get(id)
+			v := e.v
 			ix.byTarget[v.Target] = append(ix.byTarget[v.Target], id)
 			ix.objects[v.Target.Name] = v.Target
 			for _, o := range v.objects() {
@@ -135,5 +138,5 @@ func (s *Snapshot) index() *index {
 
 // String summarizes the snapshot for logs: "gen 12, 3 volumes".
 func (s *Snapshot) String() string {
-	return "gen " + strconv.FormatUint(s.Gen, 10) + ", " + strconv.Itoa(len(s.volumes)) + " volumes"
+	return "gen " + strconv.FormatUint(s.Gen, 10) + ", " + strconv.Itoa(s.volumes.n) + " volumes"
 }

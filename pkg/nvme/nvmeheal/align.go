@@ -74,9 +74,13 @@ func (t *Transport) planAlign(idx *nvme.Index, exps []nvme.Expectation, recs map
 		}
 		need[nvmeTarget(c.SubsysNQN)] = HolderOwned
 	}
-	for name := range t.align.aligned {
-		if _, ok := want[name]; !ok && prune {
-			delete(t.align.aligned, name)
+	if prune {
+		// Only a tick's plan, which sees every controller, forgets; a
+		// target's plan walks nothing of the others'.
+		for name := range t.align.aligned {
+			if _, ok := want[name]; !ok {
+				delete(t.align.aligned, name)
+			}
 		}
 	}
 	heads := map[nvme.DeviceName]bool{}
@@ -96,9 +100,11 @@ func (t *Transport) planAlign(idx *nvme.Index, exps []nvme.Expectation, recs map
 		}
 		need[nvmeTarget(tt.Expectation.NQN)] = HolderOwned
 	}
-	for h := range t.align.heads {
-		if !heads[h] && prune {
-			delete(t.align.heads, h)
+	if prune {
+		for h := range t.align.heads {
+			if !heads[h] {
+				delete(t.align.heads, h)
+			}
 		}
 	}
 }
