@@ -222,6 +222,14 @@ type eventState struct {
 	// lingering holds, per target, the removed objects a read still
 	// found (removalSettle).
 	lingering map[volume.Target]*burst
+	// unrecorded are the targets the model has no owned entry of that a
+	// listing of the records found no record of (readable or not), since
+	// the last tick: an event naming one is decided without listing the
+	// records again (another driver's subsystem, a session of another
+	// target). A volume staged since on such a target is written into the
+	// model by its NodeStage (RefreshStaged), which makes it owned; the
+	// tick forgets them all.
+	unrecorded map[volume.Target]bool
 	// lastFull is when the last full read a loss called for began;
 	// fullPending is set while one is owed.
 	lastFull    time.Time
@@ -383,6 +391,10 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 			return r, true
 		}
 	}
+	if m.ev.unrecorded[t] {
+		r.Foreign = m.cfg.Scope.Foreign
+		return r, r.Foreign
+	}
 	if *listing == nil {
 		l, err := m.deps.Intents.Scan()
 		if err != nil {
@@ -397,6 +409,9 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 	case len(r.Listing.Records) > 0 || len(r.Listing.Unreadable) > 0:
 		r.Owned = m.cfg.Scope.Owned
 	default:
+		if m.ev.unrecorded != nil {
+			m.ev.unrecorded[t] = true
+		}
 		r.Foreign = m.cfg.Scope.Foreign
 	}
 	return r, r.Owned || r.Foreign

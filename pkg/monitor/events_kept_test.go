@@ -9,6 +9,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/uevent"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 // changed is a "change nvme" event of controller ctrl, as the kernel
@@ -77,5 +78,48 @@ func TestEvents_AStaleKeptListingDecidesNothing(t *testing.T) {
 	}
 	if calls := r.callsSince(before); len(calls) != 1 || calls[0] != "connect 127.0.0.2:4420" {
 		t.Errorf("calls: %v", calls)
+	}
+}
+
+// An event naming another driver's subsystem is decided on without a
+// read, and — once a listing of the records found none of it — without
+// listing the records again until the tick. A volume staged on that
+// subsystem since is written into the model by its NodeStage
+// (RefreshStaged): the next event finds it owned and reads it.
+func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
+	r := newRig(t, heal.ModeRepair, nil)
+	healthyTwoTargets(t, r)
+	const nqnC = "nqn.2014-08.io.other:c"
+	r.k.AddTarget(target(nqnC, "127.0.0.5"))
+	res, err := r.k.Connect(context.Background(), fabricsOpts(nqnC, "127.0.0.5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.k.TakeUevents()
+	ctrl := fmt.Sprintf("nvme%d", res.Instance)
+	ctx := context.Background()
+	for i := range 2 {
+		rep := r.m.HandleEvents(ctx, changed(r, ctrl))
+		if len(rep.Decisions) != 1 || rep.Decisions[0].Read || rep.Decisions[0].Words != "no job: not a target of the loop's scope" {
+			t.Fatalf("event %d: %q", i, decisionWords(rep))
+		}
+	}
+	if !r.m.ev.unrecorded[volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnC}] {
+		t.Errorf("the listing's answer was not kept")
+	}
+
+	c := rec("vol-c", nqnC, "127.0.0.5")
+	c.State = volume.StateStaged
+	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"), rec("vol-b", nqnB, "127.0.0.3", "127.0.0.4"), c)
+	if err := r.m.RefreshStaged(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	rep := r.m.HandleEvents(ctx, changed(r, ctrl))
+	if len(rep.Decisions) == 0 || !rep.Decisions[0].Read {
+		t.Fatalf("after vol-c was staged: %q", decisionWords(rep))
+	}
+	r.m.Tick(ctx)
+	if len(r.m.ev.unrecorded) != 0 {
+		t.Errorf("the tick kept %v", r.m.ev.unrecorded)
 	}
 }

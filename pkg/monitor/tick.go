@@ -53,6 +53,7 @@ type Report struct {
 func (m *Monitor) Tick(ctx context.Context) Report {
 	start := m.deps.Clock.Now()
 	var rep Report
+	m.ev.unrecorded = map[volume.Target]bool{}
 	l, scanErr := m.deps.Intents.Scan()
 	if scanErr != nil {
 		klog.ErrorS(scanErr, "Staged-volume records could not be listed")
