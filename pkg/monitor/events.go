@@ -222,14 +222,14 @@ type eventState struct {
 	// lingering holds, per target, the removed objects a read still
 	// found (removalSettle).
 	lingering map[volume.Target]*burst
-	// unrecorded are the targets the model has no owned entry of that a
-	// listing of the records found no record of (readable or not), since
-	// the last tick: an event naming one is decided without listing the
-	// records again (another driver's subsystem, a session of another
-	// target). A volume staged since on such a target is written into the
-	// model by its NodeStage (RefreshStaged), which makes it owned; the
-	// tick forgets them all.
-	unrecorded map[volume.Target]bool
+	// recorded are the targets some record named (readable or not) when
+	// the last tick listed the records; nil when that could not be told.
+	// An event naming a target the model has no owned entry of and no
+	// record named then is decided without listing the records again
+	// (another driver's subsystem, a session of another target): a
+	// volume staged on a target since the tick is written into the model
+	// by its NodeStage (RefreshStaged), which makes it owned.
+	recorded map[volume.Target]bool
 	// lastFull is when the last full read a loss called for began;
 	// fullPending is set while one is owed.
 	lastFull    time.Time
@@ -391,7 +391,7 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 			return r, true
 		}
 	}
-	if m.ev.unrecorded[t] {
+	if m.ev.recorded != nil && !m.ev.recorded[t] {
 		r.Foreign = m.cfg.Scope.Foreign
 		return r, r.Foreign
 	}
@@ -409,9 +409,6 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 	case len(r.Listing.Records) > 0 || len(r.Listing.Unreadable) > 0:
 		r.Owned = m.cfg.Scope.Owned
 	default:
-		if m.ev.unrecorded != nil {
-			m.ev.unrecorded[t] = true
-		}
 		r.Foreign = m.cfg.Scope.Foreign
 	}
 	return r, r.Owned || r.Foreign

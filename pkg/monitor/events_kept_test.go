@@ -82,10 +82,10 @@ func TestEvents_AStaleKeptListingDecidesNothing(t *testing.T) {
 }
 
 // An event naming another driver's subsystem is decided on without a
-// read, and — once a listing of the records found none of it — without
-// listing the records again until the tick. A volume staged on that
-// subsystem since is written into the model by its NodeStage
-// (RefreshStaged): the next event finds it owned and reads it.
+// read, and without listing the records: the tick's listing named no
+// record of it. A volume staged on that subsystem since is written into
+// the model by its NodeStage (RefreshStaged): the next event finds it
+// owned and reads it; the next tick's listing names it.
 func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
 	healthyTwoTargets(t, r)
@@ -104,8 +104,9 @@ func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
 			t.Fatalf("event %d: %q", i, decisionWords(rep))
 		}
 	}
-	if !r.m.ev.unrecorded[volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnC}] {
-		t.Errorf("the listing's answer was not kept")
+	targetC := volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnC}
+	if r.m.ev.recorded == nil || r.m.ev.recorded[targetC] || !r.m.ev.recorded[targetA] {
+		t.Errorf("the tick's listing: %v", r.m.ev.recorded)
 	}
 
 	c := rec("vol-c", nqnC, "127.0.0.5")
@@ -119,7 +120,7 @@ func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
 		t.Fatalf("after vol-c was staged: %q", decisionWords(rep))
 	}
 	r.m.Tick(ctx)
-	if len(r.m.ev.unrecorded) != 0 {
-		t.Errorf("the tick kept %v", r.m.ev.unrecorded)
+	if !r.m.ev.recorded[targetC] {
+		t.Errorf("the next tick's listing: %v", r.m.ev.recorded)
 	}
 }

@@ -58,9 +58,15 @@ func (m memIntents) Go(context.Context, volume.Target, string, func(context.Cont
 // benchNode writes 1,000 subsystems × 3 live controllers, one namespace
 // each, and the 1,000 staged-volume records that expect them.
 func benchNode(b *testing.B) (sysfs.FS, []volume.Record) {
+	return benchNodeOf(b, benchVolumes)
+}
+
+// benchNodeOf is benchNode with subsystems subsystems × 3 controllers,
+// the first 1,000 staged: the others are another driver's.
+func benchNodeOf(b *testing.B, subsystems int) (sysfs.FS, []volume.Record) {
 	b.Helper()
 	dir := b.TempDir()
-	if err := nvmetest.Healthy(benchVolumes, benchPaths, 1).Write(dir, time.Now()); err != nil {
+	if err := nvmetest.Healthy(subsystems, benchPaths, 1).Write(dir, time.Now()); err != nil {
 		b.Fatal(err)
 	}
 	recs := make([]volume.Record, 0, benchVolumes)
