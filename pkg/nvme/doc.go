@@ -63,7 +63,11 @@
 // diagnosis and path reports decide on and leaves the others zero; Index
 // answers the per-volume lookups of a tick by NQN. ReadTarget reads the
 // objects of one subsystem NQN only — what answering for one volume costs
-// — and equals that NQN's part of a full read (TargetOf). docs/performance.md
+// — and equals that NQN's part of a full read (TargetOf). PeekTarget does
+// the same without listing the two class directories while the Reader
+// keeps their listings (until Forget: a controller or subsystem instance
+// added or removed, events lost); a caller that would act on something
+// missing from it confirms with ReadTarget. docs/performance.md
 // lists which attribute is which and why. A missing required attribute is
 // an error naming its path. An object whose directory disappears between
 // the listing and the read (ENOENT on the attribute and on the directory)
