@@ -27,6 +27,8 @@ type Store interface {
 	Scan() (volume.Listing, error)
 	// Writable checks that records can be written (the Probe RPC).
 	Writable() error
+	// Generation counts the Puts and Deletes made.
+	Generation() uint64
 }
 
 // Observer receives what the owner counts. *metrics.Metrics implements
@@ -179,6 +181,10 @@ func (o *Owner) Scan() (volume.Listing, error) {
 	}
 	return l, err
 }
+
+// Generation counts the record writes of the store (volume.Store.Generation):
+// what a Scan begun at generation g said still holds while it is g.
+func (o *Owner) Generation() uint64 { return o.store.Generation() }
 
 // Writable checks that records can be written.
 func (o *Owner) Writable() error { return o.store.Writable() }

@@ -222,14 +222,15 @@ type eventState struct {
 	// lingering holds, per target, the removed objects a read still
 	// found (removalSettle).
 	lingering map[volume.Target]*burst
-	// recorded are the targets some record named (readable or not) when
-	// the last tick listed the records; nil when that could not be told.
-	// An event naming a target the model has no owned entry of and no
-	// record named then is decided without listing the records again
-	// (another driver's subsystem, a session of another target): a
-	// volume staged on a target since the tick is written into the model
-	// by its NodeStage (RefreshStaged), which makes it owned.
-	recorded map[volume.Target]bool
+	// unrecorded are the targets the model had no owned entry of that a
+	// listing of the records found no record of (readable or not), with
+	// the records' generation (Intents.Generation) the listing began at:
+	// an event naming one is decided without listing the records again
+	// (another driver's subsystem, a session of another target) while no
+	// record was written or removed since. The tick forgets them.
+	unrecorded map[volume.Target]uint64
+	// listedGen is the records' generation the batch's listing began at.
+	listedGen uint64
 	// lastFull is when the last full read a loss called for began;
 	// fullPending is set while one is owed.
 	lastFull    time.Time
@@ -391,11 +392,13 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 			return r, true
 		}
 	}
-	if m.ev.recorded != nil && !m.ev.recorded[t] {
+	gen := m.deps.Intents.Generation()
+	if g, ok := m.ev.unrecorded[t]; ok && g == gen {
 		r.Foreign = m.cfg.Scope.Foreign
 		return r, r.Foreign
 	}
 	if *listing == nil {
+		m.ev.listedGen = gen
 		l, err := m.deps.Intents.Scan()
 		if err != nil {
 			// Whose the target is cannot be told: leave it to the tick.
@@ -409,6 +412,9 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 	case len(r.Listing.Records) > 0 || len(r.Listing.Unreadable) > 0:
 		r.Owned = m.cfg.Scope.Owned
 	default:
+		if m.ev.unrecorded != nil && m.ev.listedGen == gen {
+			m.ev.unrecorded[t] = gen
+		}
 		r.Foreign = m.cfg.Scope.Foreign
 	}
 	return r, r.Owned || r.Foreign

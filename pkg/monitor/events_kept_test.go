@@ -82,10 +82,10 @@ func TestEvents_AStaleKeptListingDecidesNothing(t *testing.T) {
 }
 
 // An event naming another driver's subsystem is decided on without a
-// read, and without listing the records: the tick's listing named no
-// record of it. A volume staged on that subsystem since is written into
-// the model by its NodeStage (RefreshStaged): the next event finds it
-// owned and reads it; the next tick's listing names it.
+// read, and — once a listing of the records found none of it — without
+// listing them again while no record is written or removed. A volume
+// staged on that subsystem writes its record: the next event lists the
+// records again and finds it owned.
 func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
 	r := newRig(t, heal.ModeRepair, nil)
 	healthyTwoTargets(t, r)
@@ -105,22 +105,23 @@ func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
 		}
 	}
 	targetC := volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnC}
-	if r.m.ev.recorded == nil || r.m.ev.recorded[targetC] || !r.m.ev.recorded[targetA] {
-		t.Errorf("the tick's listing: %v", r.m.ev.recorded)
+	if g, ok := r.m.ev.unrecorded[targetC]; !ok || g != r.owner.Generation() {
+		t.Errorf("the listing's answer was not kept: %v", r.m.ev.unrecorded)
 	}
 
+	// A record of the subsystem written (the first step of a NodeStage,
+	// before the model knows the volume): the next event lists again.
 	c := rec("vol-c", nqnC, "127.0.0.5")
 	c.State = volume.StateStaged
-	r.set(t, rec("vol-a", nqnA, "127.0.0.1", "127.0.0.2"), rec("vol-b", nqnB, "127.0.0.3", "127.0.0.4"), c)
-	if err := r.m.RefreshStaged(ctx, c); err != nil {
+	if err := r.store.Put(c); err != nil {
 		t.Fatal(err)
 	}
 	rep := r.m.HandleEvents(ctx, changed(r, ctrl))
 	if len(rep.Decisions) == 0 || !rep.Decisions[0].Read {
-		t.Fatalf("after vol-c was staged: %q", decisionWords(rep))
+		t.Fatalf("after vol-c's record was written: %q", decisionWords(rep))
 	}
 	r.m.Tick(ctx)
-	if !r.m.ev.recorded[targetC] {
-		t.Errorf("the next tick's listing: %v", r.m.ev.recorded)
+	if len(r.m.ev.unrecorded) != 0 {
+		t.Errorf("the tick kept %v", r.m.ev.unrecorded)
 	}
 }

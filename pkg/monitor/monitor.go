@@ -108,6 +108,9 @@ type Transport interface {
 // with the target's lease, never waiting for a busy target.
 type Intents interface {
 	Scan() (volume.Listing, error)
+	// Generation counts the record writes: what a Scan begun at
+	// generation g said still holds while it is g.
+	Generation() uint64
 	Get(volumeID string) (volume.Record, error)
 	Go(ctx context.Context, t volume.Target, holder string, job func(context.Context, *intent.Lease)) (started bool, busy string)
 }

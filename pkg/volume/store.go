@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -59,7 +60,16 @@ type Store struct {
 
 	mu     sync.Mutex
 	parsed map[string]parsedRecord // record file path → its last parse
+
+	// gen counts the Puts and Deletes this Store has made (Generation).
+	gen atomic.Uint64
 }
+
+// Generation counts the Puts and Deletes of records this Store made,
+// successful or not: an answer derived from a Scan begun at generation g
+// still holds while Generation returns g — the process writes its records
+// through its one Store, and nothing else writes them.
+func (s *Store) Generation() uint64 { return s.gen.Load() }
 
 // parsedRecord is the last parse of a record file and the identity of the
 // file it was read from.
@@ -127,6 +137,7 @@ func (s *Store) Put(r Record) error {
 	}
 
 	name := recordName(r.VolumeID)
+	defer s.gen.Add(1)
 	if err := s.writeAtomic(name, data); err != nil {
 		return fmt.Errorf("put staged-volume record %q: %w", r.VolumeID, err)
 	}
@@ -271,6 +282,7 @@ func (s *Store) Get(volumeID string) (Record, error) {
 // Delete removes the record of volumeID and fsyncs the directory. Deleting
 // a record that does not exist succeeds, so NodeUnstage can be retried.
 func (s *Store) Delete(volumeID string) error {
+	defer s.gen.Add(1)
 	path := filepath.Join(s.records, recordName(volumeID))
 	if err := os.Remove(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

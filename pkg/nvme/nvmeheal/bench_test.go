@@ -42,6 +42,7 @@ type memIntents struct {
 }
 
 func (m memIntents) Scan() (volume.Listing, error) { return m.l, nil }
+func (m memIntents) Generation() uint64            { return 0 }
 func (m memIntents) Get(id string) (volume.Record, error) {
 	for _, r := range m.l.Records {
 		if r.VolumeID == id {
