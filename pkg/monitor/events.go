@@ -229,8 +229,15 @@ type eventState struct {
 	// (another driver's subsystem, a session of another target) while no
 	// record was written or removed since. The tick forgets them.
 	unrecorded map[volume.Target]uint64
-	// listedGen is the records' generation the batch's listing began at.
+	// listedGen is the records' generation the last listing (the
+	// batch's, or the tick's) began at.
 	listedGen uint64
+	// recordedAtTick are the targets the tick's listing found a record of
+	// (readable or not), that listing having begun at tickGen; nil when it
+	// could not tell. While no record was written or removed since, a
+	// target not among them has no record: no listing of its own.
+	recordedAtTick map[volume.Target]bool
+	tickGen        uint64
 	// lastFull is when the last full read a loss called for began;
 	// fullPending is set while one is owed.
 	lastFull    time.Time
@@ -393,7 +400,7 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 		}
 	}
 	gen := m.deps.Intents.Generation()
-	if g, ok := m.ev.unrecorded[t]; ok && g == gen {
+	if g, ok := m.ev.unrecorded[t]; ok && g == gen || m.ev.recordedAtTick != nil && m.ev.tickGen == gen && !m.ev.recordedAtTick[t] {
 		r.Foreign = m.cfg.Scope.Foreign
 		return r, r.Foreign
 	}

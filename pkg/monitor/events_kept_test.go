@@ -82,8 +82,8 @@ func TestEvents_AStaleKeptListingDecidesNothing(t *testing.T) {
 }
 
 // An event naming another driver's subsystem is decided on without a
-// read, and — once a listing of the records found none of it — without
-// listing them again while no record is written or removed. A volume
+// read, and without listing the records while none was written or
+// removed since a listing (the tick's) found none of it. A volume
 // staged on that subsystem writes its record: the next event lists the
 // records again and finds it owned.
 func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
@@ -105,8 +105,13 @@ func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
 		}
 	}
 	targetC := volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnC}
-	if g, ok := r.m.ev.unrecorded[targetC]; !ok || g != r.owner.Generation() {
-		t.Errorf("the listing's answer was not kept: %v", r.m.ev.unrecorded)
+	// The tick's listing, begun at the records' generation of now,
+	// answers: no listing of its own.
+	if r.m.ev.tickGen != r.owner.Generation() || r.m.ev.recordedAtTick[targetC] || !r.m.ev.recordedAtTick[targetA] {
+		t.Errorf("the tick's listing (generation %d, now %d): %v", r.m.ev.tickGen, r.owner.Generation(), r.m.ev.recordedAtTick)
+	}
+	if len(r.m.ev.unrecorded) != 0 {
+		t.Errorf("listed again: %v", r.m.ev.unrecorded)
 	}
 
 	// A record of the subsystem written (the first step of a NodeStage,
@@ -121,7 +126,7 @@ func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
 		t.Fatalf("after vol-c's record was written: %q", decisionWords(rep))
 	}
 	r.m.Tick(ctx)
-	if len(r.m.ev.unrecorded) != 0 {
-		t.Errorf("the tick kept %v", r.m.ev.unrecorded)
+	if len(r.m.ev.unrecorded) != 0 || !r.m.ev.recordedAtTick[targetC] {
+		t.Errorf("after the tick: %v, %v", r.m.ev.unrecorded, r.m.ev.recordedAtTick)
 	}
 }

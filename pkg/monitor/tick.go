@@ -54,7 +54,9 @@ func (m *Monitor) Tick(ctx context.Context) Report {
 	start := m.deps.Clock.Now()
 	var rep Report
 	m.ev.unrecorded = map[volume.Target]uint64{}
+	m.ev.tickGen = m.deps.Intents.Generation()
 	l, scanErr := m.deps.Intents.Scan()
+	m.ev.recordedAtTick = recordedTargets(l, scanErr)
 	if scanErr != nil {
 		klog.ErrorS(scanErr, "Staged-volume records could not be listed")
 	}
@@ -196,4 +198,24 @@ func (m *Monitor) reportUnreadable(l volume.Listing, rep *Report) {
 		}
 	}
 	m.gate.Prune()
+}
+
+// recordedTargets is the set of targets a record of l names, readable or
+// not; nil when that cannot be told (the listing failed, or a file names
+// no target).
+func recordedTargets(l volume.Listing, err error) map[volume.Target]bool {
+	if err != nil {
+		return nil
+	}
+	out := make(map[volume.Target]bool, len(l.Records))
+	for _, r := range l.Records {
+		out[r.Target()] = true
+	}
+	for _, u := range l.Unreadable {
+		if u.Target == (volume.Target{}) {
+			return nil
+		}
+		out[u.Target] = true
+	}
+	return out
 }
