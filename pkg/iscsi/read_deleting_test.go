@@ -167,3 +167,43 @@ func TestRead_ASessionWhoseAttributesVanishedIsGoingAway(t *testing.T) {
 		t.Errorf("a fresh Read = %v, want an error naming session1/state", err)
 	}
 }
+
+// A connection whose attributes vanish while its class link still
+// resolves is being destroyed (iscsi_destroy_conn removes them before the
+// device; seen in the lab: a logout's first event read
+// connection<sid>:0/state as gone and the target's read failed): a Reader
+// that read them on that very directory leaves the connection out and
+// keeps its session as read. A Reader that never read them cannot tell a
+// removal from a broken tree: an error.
+func TestRead_AConnectionWhoseAttributesVanishedIsGoingAway(t *testing.T) {
+	const conn = "class/iscsi_connection/connection1:0/"
+	fsys, dir := tree(t, twoPortals())
+	r := NewReader(fsys)
+	if _, err := r.Read(t0); err != nil {
+		t.Fatal(err)
+	}
+	remove(t, dir, conn+"state")
+	for name, read := range map[string]func() (*Snapshot, error){
+		"Read":       func() (*Snapshot, error) { return r.Read(t0) },
+		"ReadTarget": func() (*Snapshot, error) { return r.ReadTarget("iqn.2024-01.io.example:t", t0) },
+	} {
+		snap, err := read()
+		if err != nil {
+			t.Fatalf("%s: a connection read before: %v, want it left out", name, err)
+		}
+		if len(snap.Sessions) != 2 {
+			t.Fatalf("%s: sessions %+v, want both", name, snap.Sessions)
+		}
+		for _, s := range snap.Sessions {
+			switch {
+			case s.ID == 1 && len(s.Connections) != 0:
+				t.Errorf("%s: session1's connections %+v, want none (being destroyed)", name, s.Connections)
+			case s.ID == 2 && len(s.Connections) != 1:
+				t.Errorf("%s: session2's connections %+v, want its one", name, s.Connections)
+			}
+		}
+	}
+	if _, err := Read(fsys, t0); err == nil || !strings.Contains(err.Error(), "connection1:0/state") {
+		t.Errorf("a fresh Read = %v, want an error naming connection1:0/state", err)
+	}
+}

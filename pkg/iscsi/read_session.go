@@ -199,9 +199,18 @@ func (p *pass) connections(snap *Snapshot) error {
 		if !ok {
 			continue // its session vanished during the read
 		}
-		c, err := p.connection(name, id)
+		c, known, err := p.connection(name, id)
 		if err != nil {
-			if vanished(p.sys, connectionClass+"/"+name, err) {
+			// Left out, as a session is (see session): a connection
+			// whose link is gone too, or one whose attributes this
+			// Reader read on this very directory are gone while its
+			// link still resolves (iscsi_destroy_conn removes them
+			// before the device), or an attribute read answered ENODEV,
+			// which kernfs answers only for a node already removed.
+			// (Seen in the lab: a logout's first event read
+			// connection<sid>:0/state as ENODEV and the target's read
+			// failed.)
+			if vanished(p.sys, connectionClass+"/"+name, err) || errors.Is(err, syscall.ENODEV) || (known && removed(err)) {
 				continue
 			}
 			return err
@@ -218,7 +227,7 @@ func (p *pass) connections(snap *Snapshot) error {
 // persistent_port are the session's portal in its node record, set by
 // iscsid at every login from that record: they are read once per
 // connection.
-func (p *pass) connection(name string, id ConnectionID) (Connection, error) {
+func (p *pass) connection(name string, id ConnectionID) (c Connection, known bool, err error) {
 	m := p.r.conns[name]
 	if m == nil {
 		m = &connMemo{object: object{rel: connectionClass + "/" + name}}
@@ -226,48 +235,49 @@ func (p *pass) connection(name string, id ConnectionID) (Connection, error) {
 	}
 	d, same, err := p.open(&m.object)
 	if err != nil {
-		return Connection{}, err
+		return Connection{}, false, err
 	}
 	defer d.Close()
 	if !same {
 		*m = connMemo{object: m.object}
 	}
-	c := Connection{ID: id}
+	known = m.state != ""
+	c = Connection{ID: id}
 	if err := text(d, "state", &m.state); err != nil {
-		return Connection{}, err
+		return Connection{}, known, err
 	}
 	c.State = ConnState(m.state)
 	if !m.static {
 		if err := text(d, "persistent_address", &m.persistentAddress); err != nil {
-			return Connection{}, err
+			return Connection{}, known, err
 		}
 		b, err := d.ReadAttr("persistent_port")
 		if err != nil {
-			return Connection{}, err
+			return Connection{}, known, err
 		}
 		if m.persistentPort, err = parsePort(string(b)); err != nil {
-			return Connection{}, fmt.Errorf("parse %s/persistent_port: %w", d.Rel(), err)
+			return Connection{}, known, fmt.Errorf("parse %s/persistent_port: %w", d.Rel(), err)
 		}
 		m.static = true
 	}
 	c.PersistentAddress, c.PersistentPort = m.persistentAddress, m.persistentPort
 	if c.State != ConnUp {
 		// address and port answer ENOTCONN while the connection is down.
-		return c, nil
+		return c, known, nil
 	}
 	ok, err := readConnected(d, "address", &m.address)
 	if err != nil || !ok {
-		return c, err
+		return c, known, err
 	}
 	ok, err = readConnected(d, "port", &m.port)
 	if err != nil || !ok {
-		return c, err
+		return c, known, err
 	}
 	if c.Port, err = parsePort(m.port); err != nil {
-		return Connection{}, fmt.Errorf("parse %s/port: %w", d.Rel(), err)
+		return Connection{}, known, fmt.Errorf("parse %s/port: %w", d.Rel(), err)
 	}
 	c.Address = m.address
-	return c, nil
+	return c, known, nil
 }
 
 // readConnected reads an attribute that answers ENOTCONN while its
