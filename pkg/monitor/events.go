@@ -222,22 +222,15 @@ type eventState struct {
 	// lingering holds, per target, the removed objects a read still
 	// found (removalSettle).
 	lingering map[volume.Target]*burst
-	// unrecorded are the targets the model had no owned entry of that a
-	// listing of the records found no record of (readable or not), with
-	// the records' generation (Intents.Generation) the listing began at:
-	// an event naming one is decided without listing the records again
-	// (another driver's subsystem, a session of another target) while no
-	// record was written or removed since. The tick forgets them.
-	unrecorded map[volume.Target]uint64
-	// listedGen is the records' generation the last listing (the
-	// batch's, or the tick's) began at.
-	listedGen uint64
-	// recordedAtTick are the targets the tick's listing found a record of
-	// (readable or not), that listing having begun at tickGen; nil when it
-	// could not tell. While no record was written or removed since, a
-	// target not among them has no record: no listing of its own.
-	recordedAtTick map[volume.Target]bool
-	tickGen        uint64
+	// recorded are the targets the last listing of the records (the
+	// tick's, or a batch's) found a record of, readable or not, and
+	// recordedGen the records' generation (Intents.Generation) that
+	// listing began at; nil when it could not tell. While no record was
+	// written or removed since, a target not among them has no record:
+	// an event naming one (another driver's subsystem, a session of
+	// another target) is decided without listing the records again.
+	recorded    map[volume.Target]bool
+	recordedGen uint64
 	// lastFull is when the last full read a loss called for began;
 	// fullPending is set while one is owed.
 	lastFull    time.Time
@@ -400,13 +393,13 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 		}
 	}
 	gen := m.deps.Intents.Generation()
-	if g, ok := m.ev.unrecorded[t]; ok && g == gen || m.ev.recordedAtTick != nil && m.ev.tickGen == gen && !m.ev.recordedAtTick[t] {
+	if m.ev.recorded != nil && m.ev.recordedGen == gen && !m.ev.recorded[t] {
 		r.Foreign = m.cfg.Scope.Foreign
 		return r, r.Foreign
 	}
 	if *listing == nil {
-		m.ev.listedGen = gen
 		l, err := m.deps.Intents.Scan()
+		m.ev.recorded, m.ev.recordedGen = recordedTargets(l, err), gen
 		if err != nil {
 			// Whose the target is cannot be told: leave it to the tick.
 			klog.ErrorS(err, "Staged-volume records could not be listed; a kernel event's target is left to the tick", "target", t.String())
@@ -419,9 +412,6 @@ func (m *Monitor) round(t volume.Target, snap *model.Snapshot, listing **volume.
 	case len(r.Listing.Records) > 0 || len(r.Listing.Unreadable) > 0:
 		r.Owned = m.cfg.Scope.Owned
 	default:
-		if m.ev.unrecorded != nil && m.ev.listedGen == gen {
-			m.ev.unrecorded[t] = gen
-		}
 		r.Foreign = m.cfg.Scope.Foreign
 	}
 	return r, r.Owned || r.Foreign

@@ -53,10 +53,9 @@ type Report struct {
 func (m *Monitor) Tick(ctx context.Context) Report {
 	start := m.deps.Clock.Now()
 	var rep Report
-	m.ev.unrecorded = map[volume.Target]uint64{}
-	m.ev.tickGen = m.deps.Intents.Generation()
+	gen := m.deps.Intents.Generation()
 	l, scanErr := m.deps.Intents.Scan()
-	m.ev.recordedAtTick = recordedTargets(l, scanErr)
+	m.ev.recorded, m.ev.recordedGen = recordedTargets(l, scanErr), gen
 	if scanErr != nil {
 		klog.ErrorS(scanErr, "Staged-volume records could not be listed")
 	}
