@@ -126,15 +126,31 @@ multipathd_start
 	// Portal group 2 off: TCP still accepted, logins rejected.
 	l.sh(t, fmt.Sprintf("lio_tpg_disable %q 2", iqn))
 	disabled := time.Now()
-	eventually(t, 3*time.Minute, "pathmend's kick to log the stuck session out", func() bool {
-		_, found := sessionTo(t, sys, iqn, portalB)
-		return !found
+	// The kick's start is pathmend's record of it, and its logout the
+	// stuck session's ID gone: the login iscsiadm starts next may put a
+	// new session through the portal at once (seen in CI 1 s after the
+	// logout), so "no session through the portal" is a moment a poll can
+	// miss.
+	var kick logLine
+	eventually(t, 3*time.Minute, "pathmend's kick of the stuck session", func() bool {
+		for _, x := range withMsg(readLog(t, proc.logPath), "Kicking iSCSI session") {
+			if x.KV["portal"] == portalB && x.KV["kick"] == string(iscsi.KickRelogin) {
+				kick = x
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, time.Minute, "the kick to log the stuck session out", func() bool {
+		s, found := sessionTo(t, sys, iqn, portalB)
+		return !found || s.ID != stuck.ID
 	})
 	loggedOut := time.Now()
-	t.Logf("stuck session %s logged out by pathmend %s after the portal group was disabled", stuck.ID, loggedOut.Sub(disabled).Round(100*time.Millisecond))
+	t.Logf("stuck session %s kicked by pathmend %s after the portal group was disabled, logged out %s after the kick began",
+		stuck.ID, logAt(kick).Sub(disabled).Round(100*time.Millisecond), loggedOut.Sub(logAt(kick)).Round(100*time.Millisecond))
 
 	// Two seconds into the kick, delete the NVMe volume's second path.
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Until(logAt(kick).Add(2 * time.Second)))
 	ctrl := nvmeControllerTo(t, nqn, "4421")
 	if ctrl == "" {
 		t.Fatal("no live controller to port 4421 before the delete")
