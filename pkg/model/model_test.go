@@ -159,6 +159,27 @@ func TestModel_FactsAreKeptAcrossReadsAndReportedAfterThePaths(t *testing.T) {
 	}
 }
 
+// TestVolume_AReplacedDeviceIsTheOneConditionItsFilesystemFactsAreToldIn:
+// the filesystem on a device the kernel removed fails because it is gone
+// (the lab: ext4 remounted it read-only while the volume was reported
+// replaced); the volume has one condition, the cause, and the fact's
+// reason and message are in it.
+func TestVolume_AReplacedDeviceIsTheOneConditionItsFilesystemFactsAreToldIn(t *testing.T) {
+	v := vol("v", tgtA, model.PathLive)
+	v.Condition = volume.Condition{Status: volume.Inaccessible, Reason: volume.ReasonStagedDeviceReplaced, Message: "held by the staging mount is on sda (8:0)"}
+	v.Facts = map[string]model.Fact{"filesystem": {Condition: volume.Condition{Status: volume.Inaccessible, Reason: "FilesystemReadOnly", Message: "ext4 on sda remounted read-only"}, ReadAt: t0}}
+	want := []volume.Condition{{Status: volume.Inaccessible, Reason: volume.ReasonStagedDeviceReplaced,
+		Message: "held by the staging mount is on sda (8:0); on the removed device, FilesystemReadOnly: ext4 on sda remounted read-only"}}
+	if diff := cmp.Diff(want, v.Conditions()); diff != "" {
+		t.Errorf("conditions (-want +got):\n%s", diff)
+	}
+	// Any other condition keeps the fact as an entry of its own.
+	v.Condition = volume.Condition{Status: volume.Degraded, Reason: "PathsBelowExpected", Message: "some live"}
+	if got := v.Conditions(); len(got) != 2 || got[1].Reason != "FilesystemReadOnly" {
+		t.Errorf("conditions of a degraded volume with a read-only filesystem: %v", got)
+	}
+}
+
 func TestVolume_NotesFollowAnAbnormalConditionOnly(t *testing.T) {
 	v := vol("v", tgtA, model.PathLive, model.PathAbsent)
 	v.Notes = []string{"ControllerNotContributing repair deferred: grace: nvme4 is 2s old, 3s left"}

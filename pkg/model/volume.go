@@ -111,15 +111,18 @@ func (v Volume) Live() (live, optimized int) {
 // them: its condition first, the loop's notes appended to its message,
 // then each abnormal fact, by name. A healthy volume with no abnormal
 // fact has none.
+//
+// A volume whose staged device the kernel replaced (StagedDeviceReplaced)
+// has that one condition: what its facts say is about the filesystem on
+// the removed device, which fails because the device is gone (ext4
+// remounts it read-only at its next write, seen in the lab seconds to
+// minutes after the removal), and its remedy is the replaced device's —
+// the pods restarted, the volume staged again on the new device. Each
+// abnormal fact is told in that condition's message instead, so a pod's
+// status names the cause once, not a cause and its consequence as two
+// problems.
 func (v Volume) Conditions() []volume.Condition {
 	var out []volume.Condition
-	if v.Condition.Abnormal() {
-		c := v.Condition
-		if len(v.Notes) > 0 {
-			c.Message += "; " + strings.Join(v.Notes, "; ")
-		}
-		out = append(out, c)
-	}
 	names := make([]string, 0, len(v.Facts))
 	for name, f := range v.Facts {
 		if f.Condition.Abnormal() {
@@ -127,6 +130,20 @@ func (v Volume) Conditions() []volume.Condition {
 		}
 	}
 	slices.Sort(names)
+	if v.Condition.Abnormal() {
+		c := v.Condition
+		if len(v.Notes) > 0 {
+			c.Message += "; " + strings.Join(v.Notes, "; ")
+		}
+		if c.Reason == volume.ReasonStagedDeviceReplaced {
+			for _, name := range names {
+				f := v.Facts[name].Condition
+				c.Message += "; on the removed device, " + f.Reason + ": " + f.Message
+			}
+			return append(out, c)
+		}
+		out = append(out, c)
+	}
 	for _, name := range names {
 		out = append(out, v.Facts[name].Condition)
 	}
