@@ -83,9 +83,15 @@ func storageHealth(t *testing.T, node csi.NodeClient) map[string]string {
 // device was replaced, and returns the message.
 func replacedHealth(t *testing.T, node csi.NodeClient, id string) string {
 	t.Helper()
-	var msg string
+	var msg, last string
+	defer func() {
+		if msg == "" {
+			t.Logf("the last health of %s: %s", id, last)
+		}
+	}()
 	eventually(t, time.Minute, id+" INACCESSIBLE StagedDeviceReplaced", func() bool {
 		hs := volumeHealth(t, node, id)
+		last = fmt.Sprint(hs)
 		if len(hs) == 1 && hs[0].GetStatus() == csi.VolumeHealthErrorType_INACCESSIBLE && hs[0].GetReason() == "StagedDeviceReplaced" {
 			msg = hs[0].GetMessage()
 			return true
