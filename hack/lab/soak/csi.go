@@ -144,18 +144,32 @@ func (c *co) unstage(ctx context.Context, v *vol, during func(<-chan struct{})) 
 // "STATUS Reason" joined by ", " ("HEALTHY" when it has none), or the
 // call's error.
 func (c *co) health(ctx context.Context, v *vol) string {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := c.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: v.id})
-	if err != nil {
-		return "error: " + status.Code(err).String()
-	}
-	var out []string
-	for _, h := range resp.GetVolumeHealth().GetHealthStatuses() {
-		out = append(out, h.GetStatus().String()+" "+h.GetReason())
-	}
-	if len(out) == 0 {
-		return "HEALTHY"
-	}
-	return strings.Join(out, ", ")
+	// Asked as kubelet's volume health probe asks: a pathmend that is not
+	// serving (the soak kills it and starts it again) is asked again until
+	// it answers, a retry the report counts with its cause; any other
+	// error is the answer.
+	var out string
+	_ = c.call(ctx, "health", v, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		resp, err := c.node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: v.id})
+		if status.Code(err) == codes.Unavailable {
+			out = "error: " + codes.Unavailable.String()
+			return err
+		}
+		if err != nil {
+			out = "error: " + status.Code(err).String()
+			return nil
+		}
+		var hs []string
+		for _, h := range resp.GetVolumeHealth().GetHealthStatuses() {
+			hs = append(hs, h.GetStatus().String()+" "+h.GetReason())
+		}
+		out = "HEALTHY"
+		if len(hs) > 0 {
+			out = strings.Join(hs, ", ")
+		}
+		return nil
+	}, nil)
+	return out
 }
