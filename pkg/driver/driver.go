@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -89,10 +90,21 @@ type Deps struct {
 	// Filesystems reads the health of staged filesystems (ext4's error
 	// record, XFS's shutdown); one over SysFS, /proc and stat(2) when nil.
 	Filesystems *fshealth.Reader
-	// MountInfo reads the mount table: every mount with its ID, its
-	// parent's, its device number, root, source and filesystem type;
-	// /proc/self/mountinfo when nil (mounts.ReadInfo).
+	// MountInfo, when set and MountTable is not, is the mount table as a
+	// test has it: every mount with its ID, its parent's, its device
+	// number, root, source, filesystem type and options; a table is
+	// built from it at every call.
 	MountInfo func() ([]mount.MountInfo, error)
+	// MountTable returns the mount table — every mount with its ID, its
+	// parent's, its device number, root, source, filesystem type and
+	// options — as the ownership checks (layers.go), the filesystem
+	// health and the staged-device checks read it. A *Table is never
+	// changed; the same one may be returned while nothing was mounted,
+	// moved, remounted or unmounted. When nil: a mounts.Kept of
+	// /proc/self/mountinfo when MountInfo is nil too (read again only
+	// after the kernel signals a change: one poll(2) per call on a quiet
+	// node), else a table built from MountInfo at every call.
+	MountTable func() (*mounts.Table, error)
 	// UnmountLayer unmounts one layer of the mount table, and only when it
 	// is on top of its mount point: NodeUnpublish, NodeUnstage and every
 	// rollback unmount through it, never by path alone. mounts.Unmount
@@ -137,6 +149,9 @@ type Driver struct {
 	// calls are the kernel calls that may wait for a volume's I/O, at
 	// most one per volume, each waited for at most KernelCallTimeout.
 	calls *kernelCalls
+	// derived is the last mount table read and what was derived from it
+	// (readMountTable).
+	derived atomic.Pointer[derivedTable]
 }
 
 var (
@@ -214,8 +229,19 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if cfg.KernelCallTimeout == 0 {
 		cfg.KernelCallTimeout = DefaultKernelCallTimeout
 	}
-	if deps.MountInfo == nil {
-		deps.MountInfo = defaultMountInfo
+	if deps.MountTable == nil {
+		if deps.MountInfo == nil {
+			deps.MountTable = mounts.NewKept(mounts.SelfMountInfo).Table
+		} else {
+			info := deps.MountInfo
+			deps.MountTable = func() (*mounts.Table, error) {
+				infos, err := info()
+				if err != nil {
+					return nil, err
+				}
+				return mounts.NewTable(infos), nil
+			}
+		}
 	}
 	if deps.UnmountLayer == nil {
 		deps.UnmountLayer = mounts.Unmount

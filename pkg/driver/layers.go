@@ -48,17 +48,18 @@ type layerView struct {
 	ns mounts.Namespace
 }
 
-// layers reads the mount table.
+// layers reads the mount table's layers (Deps.MountTable: kept between
+// changes, so a call on a quiet node does not parse the whole table).
 func (d *Driver) layers() (layerView, error) {
 	ns, err := d.deps.MountNamespace()
 	if err != nil {
 		return layerView{}, internal(err, "read the mount namespace")
 	}
-	infos, err := d.deps.MountInfo()
+	tb, err := d.deps.MountTable()
 	if err != nil {
 		return layerView{}, internal(err, "read the mount table")
 	}
-	return layerView{tb: mounts.NewTable(infos), ns: ns}, nil
+	return layerView{tb: tb, ns: ns}, nil
 }
 
 // canonical returns p with the symlinks of its existing part resolved,

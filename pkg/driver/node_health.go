@@ -14,6 +14,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/fshealth"
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/model"
+	"github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/volume"
 )
 
@@ -118,13 +119,26 @@ type mountTable struct {
 	err    error
 }
 
-// readMountTable reads the mount table once (Deps.MountInfo).
+// readMountTable reads the mount table (Deps.MountTable). What is
+// derived from it is kept with the table it was derived from: on a quiet
+// node a call finds both unchanged.
 func (d *Driver) readMountTable() mountTable {
-	infos, err := d.deps.MountInfo()
+	tb, err := d.deps.MountTable()
 	if err != nil {
 		return mountTable{err: err}
 	}
-	return mountTable{infos: infos, mounts: MountsOf(infos)}
+	if c := d.derived.Load(); c != nil && c.tb == tb {
+		return c.mt
+	}
+	mt := mountTable{infos: tb.Infos(), mounts: MountsOf(tb.Infos())}
+	d.derived.Store(&derivedTable{tb: tb, mt: mt})
+	return mt
+}
+
+// derivedTable is a mount table and what readMountTable derived from it.
+type derivedTable struct {
+	tb *mounts.Table
+	mt mountTable
 }
 
 // mountCache is the mount table as one RPC reads it: at the first volume

@@ -20,13 +20,7 @@ import (
 // fails. The transport's health of the paths looks fine again. These
 // functions tell the two apart by device number, never by name.
 
-// defaultMountInfo is the mount table the driver reads: this process's
-// mountinfo, which has each mount's device number.
-func defaultMountInfo() ([]mount.MountInfo, error) {
-	return mounts.ReadInfo(mounts.SelfMountInfo)
-}
-
-// mounts reads the mount table through the MountInfo seam, as
+// mounts reads the mount table through the MountTable seam, as
 // volume.Mounts (readMountTable).
 func (d *Driver) mounts() ([]volume.Mount, error) {
 	mt := d.readMountTable()

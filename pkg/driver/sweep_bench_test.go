@@ -23,6 +23,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/iscsi/iscsitest"
 	"github.com/pathmend/pathmend/pkg/model"
 	"github.com/pathmend/pathmend/pkg/monitor"
+	"github.com/pathmend/pathmend/pkg/mounts"
 	nvmeattach "github.com/pathmend/pathmend/pkg/nvme/attach"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/nvme/nvmeheal"
@@ -48,7 +49,7 @@ type sweepNode struct {
 
 // newSweepNode stages recs (their IDs, contexts and staging paths set)
 // on a node whose kernel is sys, with tr the transports of the loop.
-func newSweepNode(b *testing.B, sys sysfs.FS, recs []volume.Record, build func(policy *heal.Policy) ([]monitor.Transport, map[volume.Transport]driver.Attacher)) *sweepNode {
+func newSweepNode(b testing.TB, sys sysfs.FS, recs []volume.Record, build func(policy *heal.Policy) ([]monitor.Transport, map[volume.Transport]driver.Attacher)) *sweepNode {
 	b.Helper()
 	dir := b.TempDir()
 	store, err := volume.NewStore(filepath.Join(dir, "state"))
@@ -65,7 +66,8 @@ func newSweepNode(b *testing.B, sys sysfs.FS, recs []volume.Record, build func(p
 		b.Fatal(err)
 	}
 	n := &sweepNode{staging: map[string]string{}, clk: clk}
-	mounts := mount.NewFakeMounter(nil)
+	fake := mount.NewFakeMounter(nil)
+	byID := map[string]volume.Record{}
 	for _, r := range recs {
 		r.StagingPath = filepath.Join(dir, "staging", r.VolumeID)
 		if err := os.MkdirAll(r.StagingPath, 0o750); err != nil {
@@ -75,24 +77,39 @@ func newSweepNode(b *testing.B, sys sysfs.FS, recs []volume.Record, build func(p
 		if err := store.Put(r); err != nil {
 			b.Fatal(err)
 		}
-		mounts.MountPoints = append(mounts.MountPoints, mount.MountPoint{Device: r.Device, Path: r.StagingPath, Type: "ext4"})
+		fake.MountPoints = append(fake.MountPoints, mount.MountPoint{Device: r.Device, Path: r.StagingPath, Type: "ext4"})
 		n.ids = append(n.ids, r.VolumeID)
 		n.staging[r.VolumeID] = r.StagingPath
+		byID[r.VolumeID] = r
 	}
 	transports, attachers := build(policy)
 	mdl := model.New()
 	// The mount table (mountinfo, with each mount's device number) is
 	// made from the devices the loop's first tick finds.
-	var table []mount.MountInfo
+	// Every mount has its own ID under the namespace's root, as
+	// /proc/self/mountinfo lists them: the driver tells a volume's layer
+	// by its ID, parent and device.
+	var kept *mounts.Table
+	table := []mount.MountInfo{{ID: 1, Major: 8, Minor: 1, Root: "/", MountPoint: "/", FsType: "ext4", Source: "/dev/sda1",
+		MountOptions: []string{"rw"}, SuperOptions: []string{"rw"}}}
 	loop := monitor.Config{}
 	n.bound = loop.Bound()
 	cfg := testConfig("ext4")
 	cfg.HealMode, cfg.HealthBound = heal.ModeRepair, loop.Bound()
 	n.drv, err = driver.New(cfg, driver.Deps{
 		SysFS: sys, Intents: owner, Exec: fsTools(),
-		Mounter:   &mount.SafeFormatAndMount{Interface: mounts, Exec: fsTools()},
+		Mounter:   &mount.SafeFormatAndMount{Interface: fake, Exec: fsTools()},
 		Attachers: attachers, Clock: clk, Model: mdl,
 		MountInfo: func() ([]mount.MountInfo, error) { return table, nil },
+		// The layers as mounts.Kept answers on a node where nothing was
+		// mounted since its last read: the same table (what a call of it
+		// costs is mounts' BenchmarkKept).
+		MountTable: func() (*mounts.Table, error) {
+			if kept == nil {
+				return mounts.NewTable(table), nil
+			}
+			return kept, nil
+		},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -107,10 +124,19 @@ func newSweepNode(b *testing.B, sys sysfs.FS, recs []volume.Record, build func(p
 		if len(v.Devices) == 0 {
 			b.Fatalf("volume %s has no device after the first tick: %+v", v.ID, v)
 		}
+		// The record names the device NodeStage staged, and its number,
+		// as NodeStage writes them once the device is known.
 		d := v.Devices[0]
-		table = append(table, mount.MountInfo{MountPoint: n.staging[v.ID], Source: "/dev/" + d.Name, FsType: "ext4",
+		r := byID[v.ID]
+		r.Device, r.DevNum = "/dev/"+d.Name, d.Number
+		if err := store.Put(r); err != nil {
+			b.Fatal(err)
+		}
+		table = append(table, mount.MountInfo{ID: 30 + len(table), ParentID: 1, Root: "/", MountPoint: n.staging[v.ID], Source: "/dev/" + d.Name, FsType: "ext4",
+			MountOptions: []string{"rw"}, SuperOptions: []string{"rw"},
 			Major: int(d.Number.Major), Minor: int(d.Number.Minor)})
 	}
+	kept = mounts.NewTable(table)
 	n.mon.Tick(context.Background())
 	if got := mdl.Snapshot().Len(); got != len(recs) {
 		b.Fatalf("model holds %d volumes, want %d", got, len(recs))
@@ -122,7 +148,7 @@ func newSweepNode(b *testing.B, sys sysfs.FS, recs []volume.Record, build func(p
 // node's tick has nothing to do.
 type strictIntents struct {
 	*intent.Owner
-	b *testing.B
+	b testing.TB
 }
 
 func (s strictIntents) Go(context.Context, volume.Target, string, func(context.Context, *intent.Lease)) (bool, string) {
@@ -133,7 +159,7 @@ func (s strictIntents) Go(context.Context, volume.Target, string, func(context.C
 // sweep is what kubelet sends a node's plugin every minute:
 // NodeGetVolumeStats (with its check of a replaced device) and
 // NodeGetVolumeHealth for every volume, and one NodeGetStorageHealth.
-func (n *sweepNode) sweep(b *testing.B) {
+func (n *sweepNode) sweep(b testing.TB) {
 	ctx := context.Background()
 	for _, id := range n.ids {
 		if _, err := n.drv.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: n.staging[id]}); err != nil {
@@ -194,6 +220,7 @@ func (n *sweepNode) run(b *testing.B, stale bool) {
 // past-bound cases sweep with every entry older than the bound: what a
 // sweep costs when each RPC reads its own volume's objects.
 func BenchmarkKubeletSweep(b *testing.B) {
+	// TestKubeletSweep runs the same nodes, small, in every test run.
 	b.Run("nvme-1000x3", func(b *testing.B) { nvmeSweepNode(b, 1000, 3).run(b, false) })
 	b.Run("iscsi-256x2", func(b *testing.B) { iscsiSweepNode(b, 128, 2).run(b, false) })
 	b.Run("nvme-1000x3-past-bound", func(b *testing.B) { nvmeSweepNode(b, 1000, 3).run(b, true) })
@@ -202,7 +229,7 @@ func BenchmarkKubeletSweep(b *testing.B) {
 
 // nvmeSweepNode stages volumes on subsystems of paths live controllers
 // each, one namespace per subsystem, their timeouts pathmend's.
-func nvmeSweepNode(b *testing.B, volumes, paths int) *sweepNode {
+func nvmeSweepNode(b testing.TB, volumes, paths int) *sweepNode {
 	dir := b.TempDir()
 	if err := nvmetest.Healthy(volumes, paths, 1).Write(dir, time.Now()); err != nil {
 		b.Fatal(err)
@@ -249,7 +276,7 @@ func nvmeSweepNode(b *testing.B, volumes, paths int) *sweepNode {
 }
 
 // refusing fails the benchmark on any kernel change: the node is healthy.
-type refusing struct{ b *testing.B }
+type refusing struct{ b testing.TB }
 
 func (r refusing) Connect(context.Context, fabrics.Options) (fabrics.Result, error) {
 	r.b.Fatal("connect on a healthy node")
@@ -261,7 +288,7 @@ func (r refusing) Rescan(string) error     { r.b.Fatal("rescan on a healthy node
 // iscsiSweepNode stages luns volumes on each of targets targets, each
 // logged in through two portals, one multipath map per LUN over its two
 // disks.
-func iscsiSweepNode(b *testing.B, targets, luns int) *sweepNode {
+func iscsiSweepNode(b testing.TB, targets, luns int) *sweepNode {
 	dir := b.TempDir()
 	var top iscsitest.Topology
 	var recs []volume.Record
@@ -324,7 +351,7 @@ func iscsiSweepNode(b *testing.B, targets, luns int) *sweepNode {
 	})
 }
 
-type benchNoKick struct{ b *testing.B }
+type benchNoKick struct{ b testing.TB }
 
 func (k benchNoKick) Login(context.Context, iscsi.Node) error { k.b.Fatal("login"); return nil }
 func (k benchNoKick) Logout(context.Context, iscsi.Node, iscsi.SessionID) error {
@@ -332,3 +359,28 @@ func (k benchNoKick) Logout(context.Context, iscsi.Node, iscsi.SessionID) error 
 	return nil
 }
 func (k benchNoKick) RestartDaemon(context.Context) error { k.b.Fatal("restart"); return nil }
+
+// TestKubeletSweep runs the benchmark's nodes small, so that a change
+// that breaks them is found by every test run, not by the next
+// benchmark: every RPC of a sweep of a healthy node answers healthy,
+// within the bound (from the model) and past it (each RPC reading its
+// own volume's objects), and no tick between starts a job.
+func TestKubeletSweep(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		node func(testing.TB) *sweepNode
+	}{
+		{"nvme", func(tb testing.TB) *sweepNode { return nvmeSweepNode(tb, 12, 3) }},
+		{"iscsi", func(tb testing.TB) *sweepNode { return iscsiSweepNode(tb, 4, 2) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := c.node(t)
+			for range 2 {
+				n.sweep(t)
+				n.mon.Tick(context.Background())
+			}
+			n.clk.Step(n.bound + time.Second)
+			n.sweep(t)
+		})
+	}
+}

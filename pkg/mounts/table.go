@@ -58,6 +58,7 @@ func SameRoot(layerRoot, root string) bool {
 
 // Table is a snapshot of the mount table.
 type Table struct {
+	infos    []mount.MountInfo
 	layers   []Layer
 	byID     map[int]int      // ID → index in layers
 	children map[int][]int    // parent ID → indexes, in table order
@@ -68,7 +69,7 @@ type Table struct {
 // NewTable builds a table from mountinfo lines as mount-utils and
 // ReadInfo parse them.
 func NewTable(infos []mount.MountInfo) *Table {
-	t := &Table{layers: make([]Layer, 0, len(infos)), byID: make(map[int]int, len(infos)), children: map[int][]int{},
+	t := &Table{infos: infos, layers: make([]Layer, 0, len(infos)), byID: make(map[int]int, len(infos)), children: map[int][]int{},
 		at: make(map[string][]int, len(infos)), root: -1}
 	for _, mi := range infos {
 		l := Layer{ID: mi.ID, Parent: mi.ParentID, Dev: volume.DeviceNumber{Major: uint32(mi.Major), Minor: uint32(mi.Minor)},
@@ -90,6 +91,11 @@ func NewTable(infos []mount.MountInfo) *Table {
 	}
 	return t
 }
+
+// Infos returns the mountinfo lines the table was built from, in table
+// order. A Table is never changed once built: the slice must not be
+// changed either.
+func (t *Table) Infos() []mount.MountInfo { return t.infos }
 
 // Layers returns every layer in table order.
 func (t *Table) Layers() []Layer { return append([]Layer(nil), t.layers...) }
