@@ -5,10 +5,14 @@ SHELL     := /bin/bash
 # fetches the pinned official toolchain once (see the script).
 GO        ?= $(CURDIR)/hack/go
 export GO
-VERSION   ?= $(shell cat deploy/VERSION)
+# The version a build carries: deploy/VERSION on its release tag,
+# <deploy/VERSION>-dev+<commit> anywhere else (hack/version.sh).
+VERSION   ?= $(shell hack/version.sh)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/pathmend
-IMAGE     ?= ghcr.io/pathmend/pathmend:$(VERSION)
+# An image tag cannot hold "+": v0.1.0-dev+abc becomes v0.1.0-dev_abc.
+IMAGE_TAG ?= $(subst +,_,$(VERSION))
+IMAGE     ?= ghcr.io/pathmend/pathmend:$(IMAGE_TAG)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 STATICCHECK_VERSION ?= v0.8.2
 

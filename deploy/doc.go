@@ -3,9 +3,9 @@
 // that choose the heal mode (observe, repair), the examples (static
 // PersistentVolumes with their node-stage Secrets, a StorageClass, a claim
 // and a pod, a PodMonitor and a PrometheusRule) and VERSION, the release
-// whose image the manifests run.
+// whose image the manifests run (Version).
 //
-// It has no Go API. Its tests decode every manifest strictly into its
+// Its only Go API is Version. Its tests decode every manifest strictly into its
 // Kubernetes API type (an unknown or misspelt field fails), render each
 // kustomization the way kustomize does, and check what keeps the pieces
 // consistent with each other and with the pathmend binary: the socket

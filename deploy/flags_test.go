@@ -24,7 +24,7 @@ import (
 var flagsAheadOfBinary = map[string]string{}
 
 // sidecarFlags are the flags of the pinned sidecar releases
-// (node-driver-registrar v2.13, livenessprobe v2.15) that the manifests may
+// (node-driver-registrar v2.17, livenessprobe v2.19) that the manifests may
 // use, so a misspelt one fails here rather than on a node.
 var sidecarFlags = map[string][]string{
 	registrarContainer: {"csi-address", "kubelet-registration-path", "plugin-registration-path", "http-endpoint", "timeout", "mode", "v"},

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -74,7 +77,14 @@ type podMonitor struct {
 // scrapeLabels are the labels a series gains when the example PodMonitor
 // scrapes it: the Prometheus Operator's target labels and the node label
 // its relabeling adds.
-var scrapeLabels = []string{"instance", "job", "namespace", "pod", "container", "endpoint", "node"}
+var scrapeLabels = []string{"instance", "job", "namespace", "pod", "container", "endpoint", "node", "component"}
+
+// scrapeJob is the job label of the example PodMonitor's targets: the
+// Prometheus Operator names it <namespace>/<PodMonitor name>.
+func scrapeJob(pm *podMonitor) string { return pm.Namespace + "/" + pm.Name }
+
+// upRE finds the selectors of Prometheus's own up series in an alert.
+var upRE = regexp.MustCompile(`\bup\s*\{([^}]*)\}`)
 
 // closedLabels are labels whose values pathmend takes from a fixed set; an
 // alert matching another value would never fire.
@@ -177,8 +187,8 @@ func TestAlerts_SelectWhatPathmendExports(t *testing.T) {
 			names[r.Alert] = true
 			have := slices.Clone(scrapeLabels)
 			sels := selectorRE.FindAllStringSubmatch(r.Expr, -1)
-			if len(sels) == 0 {
-				t.Errorf("alert %s reads no pathmend metric", r.Alert)
+			if len(sels) == 0 && !upRE.MatchString(r.Expr) {
+				t.Errorf("alert %s reads no pathmend metric and not the up series of its targets", r.Alert)
 			}
 			for _, s := range sels {
 				f, ok := fams[s[1]]
@@ -303,39 +313,102 @@ func TestAlerts_PromtoolRules(t *testing.T) {
 	}
 }
 
-// TestPodMonitor_ScrapesThePlugin: the example PodMonitor selects the
-// plugin's pods in their namespace and scrapes pathmend's metrics port.
-func TestPodMonitor_ScrapesThePlugin(t *testing.T) {
+// TestPodMonitor_ScrapesThePluginAndTheCompanion: the example PodMonitor
+// selects the node plugin's pods and companion mode's in their namespace
+// and scrapes pathmend's metrics port of each; its relabelings give the
+// node and component labels the alerts name.
+func TestPodMonitor_ScrapesThePluginAndTheCompanion(t *testing.T) {
 	pm := find[podMonitor](t, loadExamples(t))
-	in := loadInstall(t, "base")
-	if pm.Namespace != in.ds.Namespace {
-		t.Errorf("PodMonitor in namespace %q; it selects pods of its own namespace, the plugin's is %q", pm.Namespace, in.ds.Namespace)
-	}
 	sel, err := metav1.LabelSelectorAsSelector(&pm.Spec.Selector)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sel.Matches(labels.Set(in.ds.Spec.Template.Labels)) {
-		t.Errorf("selector %s does not match the plugin's pods %v", sel, in.ds.Spec.Template.Labels)
-	}
-	c := in.container(t, pluginContainer)
 	if len(pm.Spec.PodMetricsEndpoints) != 1 {
 		t.Fatalf("want one endpoint, got %d", len(pm.Spec.PodMetricsEndpoints))
 	}
 	ep := pm.Spec.PodMetricsEndpoints[0]
-	port := in.probePort(t, c, intstr.FromString(ep.Port))
-	if !containsListener(in.listeners(t), pluginContainer, port) {
-		t.Errorf("endpoint port %q is not pathmend's metrics listener", ep.Port)
+	base := loadInstall(t, "base")
+	dirs := []string{"base"}
+	for dir := range companionInstalls {
+		dirs = append(dirs, dir)
+	}
+	for _, dir := range dirs {
+		ds := find[appsv1.DaemonSet](t, render(t, dir))
+		if pm.Namespace != ds.Namespace {
+			t.Errorf("%s: PodMonitor in namespace %q; it selects pods of its own namespace, the DaemonSet's is %q", dir, pm.Namespace, ds.Namespace)
+		}
+		if !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+			t.Errorf("%s: selector %s does not match the pods %v", dir, sel, ds.Spec.Template.Labels)
+		}
+		in := install{ds: ds, pod: &ds.Spec.Template.Spec}
+		c := in.container(t, pluginContainer)
+		port := in.probePort(t, c, intstr.FromString(ep.Port))
+		var listens bool
+		if dir == "base" {
+			listens = containsListener(base.listeners(t), pluginContainer, port)
+		} else {
+			listens = strings.HasSuffix(mustFlag(t, c, "metrics-address"), fmt.Sprintf(":%d", port))
+		}
+		if !listens {
+			t.Errorf("%s: endpoint port %q (%d) is not pathmend's metrics listener", dir, ep.Port, port)
+		}
 	}
 	if ep.Path != "/metrics" {
 		t.Errorf("endpoint path %q, want /metrics", ep.Path)
 	}
-	var node bool
+	relabeled := map[string]string{}
 	for _, r := range ep.Relabelings {
-		node = node || (r.TargetLabel == "node" && slices.Equal(r.SourceLabels, []string{"__meta_kubernetes_pod_node_name"}))
+		if len(r.SourceLabels) == 1 && (r.Action == "" || r.Action == "replace") {
+			relabeled[r.TargetLabel] = r.SourceLabels[0]
+		}
 	}
-	if !node {
-		t.Error("no relabeling to a node label; the alerts name the node with it")
+	want := map[string]string{"node": "__meta_kubernetes_pod_node_name", "component": "__meta_kubernetes_pod_label_app_kubernetes_io_component"}
+	if diff := cmp.Diff(want, relabeled); diff != "" {
+		t.Errorf("relabelings (-want +got); the alerts name the node and the component with them:\n%s", diff)
+	}
+	// No other pod of the namespace is scraped as pathmend.
+	if sel.Matches(labels.Set{"app.kubernetes.io/name": "pathmend"}) {
+		t.Errorf("selector %s matches a pod with no component", sel)
+	}
+}
+
+// TestAlerts_ScrapeAlertsWatchThePodMonitorsTargets: the alerts for a
+// pathmend that is absent or not scraped select up{job=…} of the example
+// PodMonitor's targets, so they watch what the other alerts read; one
+// fires per node (up == 0), one when there is no target at all (absent),
+// and one for a node with none.
+func TestAlerts_ScrapeAlertsWatchThePodMonitorsTargets(t *testing.T) {
+	pm := find[podMonitor](t, loadExamples(t))
+	job := `job="` + scrapeJob(pm) + `"`
+	found := map[string]bool{}
+	for _, g := range loadAlerts(t).Spec.Groups {
+		for _, r := range g.Rules {
+			ups := upRE.FindAllStringSubmatch(r.Expr, -1)
+			for _, u := range ups {
+				if strings.TrimSpace(u[1]) != job {
+					t.Errorf("alert %s selects up{%s}, want up{%s} (the PodMonitor's targets)", r.Alert, u[1], job)
+				}
+			}
+			if len(ups) == 0 {
+				continue
+			}
+			switch {
+			case strings.Contains(r.Expr, "absent("):
+				found["absent"] = true
+			case strings.Contains(r.Expr, "== 0"):
+				found["down"] = true
+				if !strings.Contains(r.Annotations["summary"], "$labels.node") {
+					t.Errorf("alert %s: the summary does not name the node", r.Alert)
+				}
+			case strings.Contains(r.Expr, "kube_node_info"):
+				found["node"] = true
+			}
+		}
+	}
+	for _, k := range []string{"absent", "down", "node"} {
+		if !found[k] {
+			t.Errorf("no scrape alert of kind %q", k)
+		}
 	}
 }
 

@@ -49,7 +49,6 @@ volumes that keeps every path to every volume healthy.
 
 Usage:
   pathmend COMMAND [flags]
-  pathmend [flags]               the same as pathmend serve [flags]
 
 Commands:
 %s  help       Print this help, or a command's: pathmend help COMMAND
@@ -67,42 +66,48 @@ func usage(w io.Writer) {
 }
 
 // run dispatches a subcommand and returns the process exit status.
-// Without a command, or with a flag first, it serves (the container's
-// entrypoint passes serve's flags alone).
+// Nothing runs unless a command is named: with no argument it prints the
+// help and exits 2, and flags with no command before them are refused
+// the same way, so `pathmend` typed on a workstation never starts serving
+// (which would create the host NQN, the state directory and the socket).
+// Every shipped manifest names its command (serve, companion).
 func run(args []string, stdout, stderr io.Writer) int {
 	// Nothing leaves the process with a secret it has seen in it: its
 	// output (diagnose's reports) and its log lines, whatever wrote them.
 	stdout, stderr = scrub.Default.Writer(stdout), scrub.Default.Writer(stderr)
-	if len(args) > 0 {
-		switch args[0] {
-		case "-h", "-help", "--help":
-			usage(stdout)
-			return 0
-		case "help":
-			if len(args) == 1 {
-				usage(stdout)
-				return 0
-			}
-			c := lookup(args[1])
-			if c == nil {
-				fmt.Fprintf(stderr, "pathmend help: unknown command %q\n\n", args[1])
-				usage(stderr)
-				return 2
-			}
-			return c.run(c, []string{"--help"}, stdout, stderr)
-		}
-	}
-	name := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	c := lookup(name)
-	if c == nil {
-		fmt.Fprintf(stderr, "pathmend: unknown command %q\n\n", name)
+	if len(args) == 0 {
 		usage(stderr)
 		return 2
 	}
-	return c.run(c, args, stdout, stderr)
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	case "help":
+		if len(args) == 1 {
+			usage(stdout)
+			return 0
+		}
+		c := lookup(args[1])
+		if c == nil {
+			fmt.Fprintf(stderr, "pathmend help: unknown command %q\n\n", args[1])
+			usage(stderr)
+			return 2
+		}
+		return c.run(c, []string{"--help"}, stdout, stderr)
+	}
+	if strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "pathmend: no command before %s (serve's flags follow the command: pathmend serve %s)\n\n", args[0], strings.Join(args, " "))
+		usage(stderr)
+		return 2
+	}
+	c := lookup(args[0])
+	if c == nil {
+		fmt.Fprintf(stderr, "pathmend: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return c.run(c, args[1:], stdout, stderr)
 }
 
 func lookup(name string) *command {

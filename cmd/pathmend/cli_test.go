@@ -144,3 +144,30 @@ func TestDiagnose_NotASysfsRootIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestRun_NoCommandServesNothing: `pathmend` alone, or flags with no
+// command before them, prints the usage on stderr and exits 2 without
+// starting any command (serve would create the host NQN, the state
+// directory and the socket on the machine it runs on).
+func TestRun_NoCommandServesNothing(t *testing.T) {
+	for _, args := range [][]string{nil, {}, {"--endpoint=unix:///tmp/x.sock"}, {"-v=5", "serve"}} {
+		code, out, errOut := runOut(args...)
+		if code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+		if out != "" {
+			t.Errorf("%q: wrote to stdout: %q", args, out)
+		}
+		if !strings.Contains(errOut, "Usage:\n  pathmend COMMAND [flags]") {
+			t.Errorf("%q: no usage on stderr:\n%s", args, errOut)
+		}
+		for _, c := range commands() {
+			if !strings.Contains(errOut, "\n  "+c.name+" ") {
+				t.Errorf("%q: command %s not listed:\n%s", args, c.name, errOut)
+			}
+		}
+		if len(args) > 0 && !strings.Contains(errOut, "pathmend serve "+args[0]) {
+			t.Errorf("%q: the error does not show where the flags go:\n%s", args, errOut)
+		}
+	}
+}

@@ -3,11 +3,13 @@
 //
 // Usage:
 //
-//	pathmend [serve] [flags]   serve the CSI Identity and Node services (default)
+//	pathmend serve [flags]     serve the CSI Identity and Node services
 //	pathmend companion [flags] heal the paths of volumes another CSI driver attached
 //	pathmend diagnose [flags]  report the node's paths and defects, read-only
 //	pathmend version           print the version
 //	pathmend help [COMMAND]    print the usage, or a command's help
+//
+// With no command it prints the usage and exits 2, touching nothing.
 //
 // The subcommand table is in cli.go.
 package main
@@ -24,9 +26,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// version is stamped at build time: -ldflags "-X main.version=v0.1.0".
-var version = "dev"
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -36,12 +35,12 @@ func versionCommand() *command {
 		name:        "version",
 		summary:     "Print the version stamped at build time",
 		synopsis:    []string{"version"},
-		description: "Print pathmend's version (the release tag it was built from) and exit.",
+		description: "Print pathmend's version and exit: the release tag it was built from (v0.1.0),\nor the release a development build leads to and its commit\n(v0.1.0-dev+0123456789ab).",
 		run: func(c *command, args []string, stdout, stderr io.Writer) int {
 			if code, done := c.parse(c.newFlagSet(), args, stdout, stderr); done {
 				return code
 			}
-			fmt.Fprintln(stdout, version)
+			fmt.Fprintln(stdout, buildVersion())
 			return 0
 		},
 	}
@@ -50,8 +49,8 @@ func versionCommand() *command {
 func serveCommand() *command {
 	return &command{
 		name:     "serve",
-		summary:  "Serve the CSI Identity and Node services and heal every path (the default)",
-		synopsis: []string{"serve [flags]", "[flags]"},
+		summary:  "Serve the CSI Identity and Node services and heal every path",
+		synopsis: []string{"serve [flags]"},
 		description: `Serve the CSI Identity and Node services on --endpoint for kubelet: attach
 NVMe-oF/TCP and iSCSI volumes, stage and publish them. Unless --heal=off, a
 monitor reads sysfs every --monitor-interval and heals broken paths with the

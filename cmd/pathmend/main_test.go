@@ -25,7 +25,7 @@ func TestRun_Commands(t *testing.T) {
 		stdout   string
 		stderrIn string
 	}{
-		{args: []string{"version"}, code: 0, stdout: version},
+		{args: []string{"version"}, code: 0, stdout: buildVersion()},
 		{args: []string{"help"}, code: 0, stdout: "pathmend COMMAND [flags]"},
 		{args: []string{"--help"}, code: 0, stdout: "pathmend COMMAND [flags]"},
 		{args: []string{"help", "frobnicate"}, code: 2, stderrIn: `unknown command "frobnicate"`},
@@ -37,8 +37,11 @@ func TestRun_Commands(t *testing.T) {
 		{args: []string{"frobnicate"}, code: 2, stderrIn: `unknown command "frobnicate"`},
 		{args: []string{"serve", "--no-such-flag"}, code: 2, stderrIn: "no-such-flag"},
 		{args: []string{"serve", "extra"}, code: 2, stderrIn: "unexpected arguments"},
-		{args: []string{"--heal=fix", "--endpoint=unix:///tmp/x.sock"}, code: 1},
-		{args: []string{"--endpoint=tcp://127.0.0.1:1"}, code: 1},
+		{args: []string{"serve", "--heal=fix", "--endpoint=unix:///tmp/x.sock"}, code: 1},
+		{args: []string{"serve", "--endpoint=tcp://127.0.0.1:1"}, code: 1},
+		// No command: nothing runs.
+		{args: []string{"--heal=fix", "--endpoint=unix:///tmp/x.sock"}, code: 2, stderrIn: "no command before --heal=fix"},
+		{args: nil, code: 2, stderrIn: "pathmend COMMAND [flags]"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

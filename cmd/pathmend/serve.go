@@ -280,7 +280,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	var staged stagedRefresher
 	d, err := driver.New(driver.Config{
 		DriverName:        c.driverName,
-		Version:           version,
+		Version:           buildVersion(),
 		NodeID:            c.nodeID,
 		MaxVolumesPerNode: c.maxVolumesPerNode,
 		TopologyKey:       c.topologyKey,

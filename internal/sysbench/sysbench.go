@@ -80,7 +80,10 @@ func procField(b testing.TB, file, key string) int64 {
 // before each timed run, so that neither pays for the other's garbage
 // (a floor pass over a large tree leaves tens of megabytes).
 func Ratio(b *testing.B, files []string, op func()) (ratio, readsPerOp float64) {
-	probe := ReadSyscalls(b) - ReadSyscalls(b) // the calls of one probe, negated
+	// The calls of one probe, negated: the second count includes the
+	// first probe's own read.
+	first := ReadSyscalls(b)
+	probe := first - ReadSyscalls(b)
 	var opTime, floorTime time.Duration
 	var reads int64
 	runtime.GC()

@@ -116,7 +116,3 @@ func TestStore_RefusesToWriteWhatItCouldNotRead(t *testing.T) {
 		t.Error("an endpoint whose options smuggle an option was written")
 	}
 }
-
-func writeFile(dir, name, data string) error {
-	return os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600)
-}

@@ -44,7 +44,7 @@ func (m *failMounter) Mount(source, target, fstype string, options []string) err
 // checkStage stages an existing filesystem (blkid says fsType) through a
 // driver whose tools answer as tools says, and returns the stage's error,
 // the commands run and the mounter's log.
-func checkStage(t *testing.T, fsType string, readOnly, xfsRepair bool, mountFailures int, tools func(argv []string) iscsitest.Result) (error, []string, *failMounter) {
+func checkStage(t *testing.T, fsType string, readOnly, xfsRepair bool, mountFailures int, tools func(argv []string) iscsitest.Result) ([]string, *failMounter, error) {
 	t.Helper()
 	dir := t.TempDir()
 	store, err := volume.NewStore(filepath.Join(dir, "state"))
@@ -80,7 +80,7 @@ func checkStage(t *testing.T, fsType string, readOnly, xfsRepair bool, mountFail
 			cmds = append(cmds, strings.Join(c, " "))
 		}
 	}
-	return err, cmds, fm
+	return cmds, fm, err
 }
 
 func mountOptions(fm *failMounter) []string {
@@ -123,7 +123,7 @@ func TestStage_TheCheckBeforeTheMountDecides(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err, cmds, fm := checkStage(t, "ext4", tc.readOnly, false, 0, fsck(tc.code, tc.out, tc.err))
+			cmds, fm, err := checkStage(t, "ext4", tc.readOnly, false, 0, fsck(tc.code, tc.out, tc.err))
 			st := status.Convert(statusOf(err))
 			if st.Code() != tc.want {
 				t.Fatalf("stage: %v, want %v", err, tc.want)
@@ -166,18 +166,18 @@ func TestStage_XFSIsRepairedOnlyWhenAllowed(t *testing.T) {
 		t.Errorf("unexpected command %v", argv)
 		return iscsitest.Result{Code: 1}
 	}
-	err, cmds, _ := checkStage(t, "xfs", false, false, 0, tools)
+	cmds, _, err := checkStage(t, "xfs", false, false, 0, tools)
 	if err != nil || len(cmds) != 0 {
 		t.Errorf("a healthy XFS: %v, commands %q", err, cmds)
 	}
-	err, cmds, fm := checkStage(t, "xfs", false, false, 1, tools)
+	cmds, fm, err := checkStage(t, "xfs", false, false, 1, tools)
 	if st := status.Convert(statusOf(err)); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "only with --xfs-repair") || !strings.Contains(st.Message(), "agf_freeblks") {
 		t.Errorf("a damaged XFS without --xfs-repair: %v", err)
 	}
 	if len(cmds) != 1 || !strings.HasPrefix(cmds[0], "xfs_repair -n ") || len(fm.mounted) != 0 {
 		t.Errorf("without --xfs-repair: commands %q, mounts %v", cmds, fm.mounted)
 	}
-	err, cmds, fm = checkStage(t, "xfs", false, true, 1, tools)
+	cmds, fm, err = checkStage(t, "xfs", false, true, 1, tools)
 	if err != nil || len(cmds) != 2 || !strings.HasPrefix(cmds[1], "xfs_repair /") || len(fm.mounted) != 1 {
 		t.Errorf("with --xfs-repair: %v, commands %q, mounts %v", err, cmds, fm.mounted)
 	}

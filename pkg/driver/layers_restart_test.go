@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -60,6 +61,38 @@ func TestLayers_ANewMountNamespaceKeepsTheVolumesLayers(t *testing.T) {
 	}
 	// In yet another namespace, without a NodeStage or NodePublish first.
 	e.tb.NewNamespace()
+	ok(t)(e.drv.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}))
+	ok(t)(e.drv.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: e.staging}))
+	if n := len(e.tb.Snapshot().Layers()); n != 1 {
+		t.Errorf("%d mounts left, want only the root", n)
+	}
+}
+
+// TestLayers_AnUpgradedPodWhoseNamespaceReusesTheNumber: the plugin pod
+// replaced by an upgrade runs in a new mount namespace that the kernel
+// gave the inode number of the one it replaced (/proc/self/ns/mnt reads
+// the same), with every mount under a new ID. The new process must not
+// take the recorded IDs for its own: the volume's layers are matched by
+// what they show, so NodeGetVolumeStats, NodeUnpublish and NodeUnstage
+// work without a NodeStage or NodePublish first (in the lab every one
+// of them failed FailedPrecondition after an upgrade, naming the
+// volume's own mount as foreign).
+func TestLayers_AnUpgradedPodWhoseNamespaceReusesTheNumber(t *testing.T) {
+	ctx := context.Background()
+	e, target := stagedAndPublished(t)
+	before := recordOf(t, e)
+	e.tb.NewNamespace()
+	ns, _ := e.tb.Namespace()
+	link := func(s string) string { return strings.Fields(s)[0] }
+	if link(ns.Mount) != link(before.StagingLayer.Namespace) {
+		t.Fatalf("the new namespace %q does not reuse the link of %q", ns.Mount, before.StagingLayer.Namespace)
+	}
+	if ns.Mount == before.StagingLayer.Namespace {
+		t.Fatalf("the new process's namespace %q is the recorded one", ns.Mount)
+	}
+	if _, err := e.drv.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: target}); err != nil {
+		t.Errorf("NodeGetVolumeStats after the upgrade: %v", err)
+	}
 	ok(t)(e.drv.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}))
 	ok(t)(e.drv.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: e.staging}))
 	if n := len(e.tb.Snapshot().Layers()); n != 1 {

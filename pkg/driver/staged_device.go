@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"context"
 	"path/filepath"
 
 	mount "k8s.io/mount-utils"
@@ -81,14 +80,9 @@ func (d *Driver) replacedCondition(rec volume.Record, mounts []volume.Mount, c v
 	return volume.Replaced(rec, staged, c.Devices, err != nil)
 }
 
-// replaced reads the mount table and the volume's health and returns the
-// condition of a volume whose staged device was replaced; ok is false
-// otherwise (also when the mount table cannot be read).
-func (d *Driver) replaced(ctx context.Context, rec volume.Record, att Attacher) (volume.Condition, bool) {
-	return d.replacedBy(rec, att.Health(ctx, rec))
-}
-
-// replacedBy is replaced with the volume's health read already.
+// replacedBy reads the mount table and returns, given the volume's
+// health, the condition of a volume whose staged device was replaced; ok
+// is false otherwise (also when the mount table cannot be read).
 func (d *Driver) replacedBy(rec volume.Record, health volume.Condition) (volume.Condition, bool) {
 	mounts, err := d.mounts()
 	if err != nil {

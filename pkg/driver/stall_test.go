@@ -66,7 +66,6 @@ type stallEnv struct {
 	target   string
 	sys      string
 	superOpt string // the staging mount's superblock options
-	mu       sync.Mutex
 	mounted  map[string]bool
 }
 

@@ -106,6 +106,7 @@ func TestEvents_AnUnrecordedTargetIsNotListedAgain(t *testing.T) {
 			t.Fatalf("event %d: %q", i, decisionWords(rep))
 		}
 	}
+	targetA := volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnA}
 	targetC := volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnC}
 	// The tick's listing, begun at the records' generation of now,
 	// answers: no listing of its own.

@@ -12,10 +12,7 @@ import (
 	"github.com/pathmend/pathmend/pkg/heal"
 	"github.com/pathmend/pathmend/pkg/nvme/fabrics"
 	"github.com/pathmend/pathmend/pkg/uevent"
-	"github.com/pathmend/pathmend/pkg/volume"
 )
-
-var targetA = volume.Target{Transport: volume.TransportNVMeTCP, Name: nqnA}
 
 // events takes what the fake kernel announced since the last call, as a
 // batch received now.

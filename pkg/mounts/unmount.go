@@ -16,8 +16,57 @@ import (
 type Namespace struct {
 	// Boot is /proc/sys/kernel/random/boot_id: new at every boot.
 	Boot string
-	// Mount is the link /proc/self/ns/mnt, "mnt:[4026532281]".
+	// Mount is the mount namespace as this process sees it: the link
+	// /proc/self/ns/mnt with the process's ID and start time,
+	// "mnt:[4026532281] pid 1234 start 56789" (ProcessNamespace). The
+	// link alone does not name one namespace of a boot: the kernel gives
+	// a new namespace the lowest free inode number, so the container of
+	// an upgraded or restarted plugin pod often gets the number of the
+	// one it replaced, while every mount in it has a new ID.
 	Mount string
+}
+
+// ProcessNamespace is the identity of the mount namespace link seen by
+// the process pid started start clock ticks after boot (field 22 of
+// /proc/PID/stat, StartTime). A process ID and its start time name one
+// process of a boot, and a namespace whose inode number was reused was
+// made after every process of the namespace that had it before left
+// it, so the identity is unique within the boot. A pathmend restarted
+// in the same namespace (a host process) gets another identity too: the
+// layers it recorded before are then matched as those of another
+// namespace, by every field a mount keeps across namespaces.
+func ProcessNamespace(link string, pid int, start uint64) string {
+	return fmt.Sprintf("%s pid %d start %d", link, pid, start)
+}
+
+// StartTime is the start time of a process, in clock ticks after boot,
+// from its /proc/PID/stat: the 22nd field, counted after the command
+// name, which is in parentheses and may itself hold spaces and
+// parentheses.
+func StartTime(stat []byte) (uint64, error) {
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat %q: no command name", short(s))
+	}
+	// After the name: state (field 3) … starttime (field 22).
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("stat %q: %d fields after the command name, want at least 20", short(s), len(f))
+	}
+	n, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stat %q: start time: %w", short(s), err)
+	}
+	return n, nil
+}
+
+// short bounds a quoted /proc value in an error.
+func short(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
 }
 
 var (
@@ -40,7 +89,17 @@ func CurrentNamespace() (Namespace, error) {
 			currentErr = fmt.Errorf("read mount namespace: %w", err)
 			return
 		}
-		current = Namespace{Boot: strings.TrimSpace(string(b)), Mount: ns}
+		stat, err := os.ReadFile("/proc/self/stat")
+		if err != nil {
+			currentErr = fmt.Errorf("read the process's start time: %w", err)
+			return
+		}
+		start, err := StartTime(stat)
+		if err != nil {
+			currentErr = fmt.Errorf("read the process's start time: %w", err)
+			return
+		}
+		current = Namespace{Boot: strings.TrimSpace(string(b)), Mount: ProcessNamespace(ns, os.Getpid(), start)}
 	})
 	return current, currentErr
 }

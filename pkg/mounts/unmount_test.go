@@ -11,6 +11,7 @@ import (
 	"github.com/pathmend/pathmend/internal/testneed"
 	. "github.com/pathmend/pathmend/pkg/mounts"
 	"github.com/pathmend/pathmend/pkg/mounts/mountstest"
+	"github.com/pathmend/pathmend/pkg/volume"
 )
 
 func read(t *testing.T) *Table {
@@ -112,7 +113,63 @@ func TestCurrentNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ns.Boot) != 36 || len(ns.Mount) < len("mnt:[1]") {
-		t.Fatalf("namespace %+v", ns)
+	link, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := StartTime(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ns.Boot) != 36 || ns.Mount != ProcessNamespace(link, os.Getpid(), start) {
+		t.Fatalf("namespace %+v, want boot ID and %q", ns, ProcessNamespace(link, os.Getpid(), start))
+	}
+}
+
+// TestProcessNamespace_AReusedNumberIsAnotherNamespace: the kernel gives
+// a new mount namespace the lowest free inode number, so the plugin
+// container that replaces another often reads the same link; the
+// process in it is another, and so is the identity, and a layer
+// recorded by the old process is not taken for one of the new
+// namespace by its ID.
+func TestProcessNamespace_AReusedNumberIsAnotherNamespace(t *testing.T) {
+	old := Namespace{Boot: "b", Mount: ProcessNamespace("mnt:[4026532281]", 4711, 90210)}
+	upgraded := Namespace{Boot: "b", Mount: ProcessNamespace("mnt:[4026532281]", 5012, 120033)}
+	if old.Mount == upgraded.Mount {
+		t.Fatalf("two processes of one boot, one namespace identity %q", old.Mount)
+	}
+	l := Layer{ID: 140, Parent: 97, Dev: volume.DeviceNumber{Major: 259, Minor: 1}, Root: "/", FSType: "ext4", Source: "/dev/nvme0n1"}
+	if !l.Is(l.Record(old), old) {
+		t.Error("a layer is not the one it recorded in its own namespace")
+	}
+	// The new namespace's mount 140 is another mount that happens to
+	// have the old one's ID.
+	if l.Is(l.Record(old), upgraded) {
+		t.Error("a mount ID recorded by the replaced process is taken for the new namespace's")
+	}
+}
+
+func TestStartTime(t *testing.T) {
+	for _, tc := range []struct {
+		stat string
+		want uint64
+		err  bool
+	}{
+		{stat: "1234 (pathmend) S 1 1234 1234 0 -1 4194560 1510 0 0 0 12 5 0 0 20 0 9 0 56789 1271066624 4521 18446744073709551615 1 1 0 0 0 0 0 0 2143420159 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n", want: 56789},
+		// The command name is the process's to choose: spaces and
+		// parentheses in it do not shift the fields.
+		{stat: "77 (a) b (c) R 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 4242 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n", want: 4242},
+		{stat: "77 (a) R 1 77", err: true},
+		{stat: "no name at all", err: true},
+		{stat: "77 (a) R 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 soon 0", err: true},
+	} {
+		got, err := StartTime([]byte(tc.stat))
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("StartTime(%q) = %d, %v; want %d, error %v", tc.stat, got, err, tc.want, tc.err)
+		}
 	}
 }

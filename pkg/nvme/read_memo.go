@@ -150,14 +150,6 @@ type obj struct {
 	id  sysfs.Identity
 }
 
-// rel is the object's path, for Skip records.
-func (o obj) rel() string {
-	if o.sub == "" {
-		return o.d.Rel()
-	}
-	return o.d.Rel() + "/" + o.sub
-}
-
 // raw reads a required attribute (name relative to o.d). A missing one
 // is errVanished when the object's directory is gone or replaced.
 func (o obj) raw(name string) ([]byte, error) {

@@ -156,8 +156,10 @@ type MountLayer struct {
 	FSType string `json:"fsType"`
 	Source string `json:"source"`
 	// Boot is the kernel's boot ID (/proc/sys/kernel/random/boot_id) and
-	// Namespace the mount namespace (/proc/self/ns/mnt, "mnt:[4026532281]")
-	// the ID was read in.
+	// Namespace the mount namespace the ID was read in, as the process
+	// that read it saw it (mounts.Namespace: "mnt:[4026532281] pid 1234
+	// start 56789"; records written before pathmend kept the process
+	// hold the link alone, which never equals a namespace read now).
 	Boot      string `json:"boot"`
 	Namespace string `json:"namespace"`
 }

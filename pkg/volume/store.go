@@ -405,7 +405,7 @@ func (e envelope) target() Target {
 	return Target{}
 }
 
-// read is readRecord of path, through the last parse of the file when
+// read is readRecordID of path, through the last parse of the file when
 // the file is the one it was read from; it returns a copy.
 func (s *Store) read(path string) (Record, error) {
 	var st unix.Stat_t
@@ -439,16 +439,11 @@ func (s *Store) prune(listed map[string]bool) {
 	}
 }
 
-// readRecord reads and decodes one record file. A file that does not
-// exist is an error wrapping fs.ErrNotExist; every other failure is a
-// *RecordError naming the file, with the volume and target its envelope
-// names when it can be decoded that far.
-func readRecord(path string) (Record, error) {
-	r, _, err := readRecordID(path)
-	return r, err
-}
-
-// readRecordID is readRecord, and the identity of the file it read.
+// readRecordID reads and decodes one record file and returns it with the
+// identity of the file it read. A file that does not exist is an error
+// wrapping fs.ErrNotExist; every other failure is a *RecordError naming
+// the file, with the volume and target its envelope names when it can be
+// decoded that far.
 func readRecordID(path string) (Record, fileID, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {

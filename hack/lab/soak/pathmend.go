@@ -112,22 +112,6 @@ func (p *pathmend) signal(sig syscall.Signal, wait time.Duration) bool {
 	return true
 }
 
-// running reports whether pathmend runs.
-func (p *pathmend) running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return false
-	}
-	select {
-	case <-p.exited:
-		p.cmd = nil
-		return false
-	default:
-		return true
-	}
-}
-
 // startBound is the safety net of the wait for a started pathmend to
 // answer on its socket; a pathmend that exits ends it at once. The e2e
 // suite's starts took up to 19 s beside two CPU burners on the host (a

@@ -59,7 +59,7 @@ var _ mount.Interface = (*Table)(nil)
 func New() *Table {
 	t := &Table{foreign: map[int]bool{}, next: 20, devs: map[string]volume.DeviceNumber{}}
 	t.layers = []mounts.Layer{{ID: 1, Parent: 0, Dev: volume.DeviceNumber{Major: 8, Minor: 1}, Root: "/", MountPoint: "/", FSType: "ext4", Source: "/dev/sda1"}}
-	t.ns = mounts.Namespace{Boot: "boot-1", Mount: "mnt:[1]"}
+	t.ns = mounts.Namespace{Boot: "boot-1", Mount: mounts.ProcessNamespace("mnt:[4026532281]", 100, 1000)}
 	return t
 }
 
@@ -70,13 +70,15 @@ func (t *Table) Namespace() (mounts.Namespace, error) {
 	return t.ns, nil
 }
 
-// NewNamespace is a restarted plugin container: a new mount namespace
-// with a copy of every mount, each under a new ID.
+// NewNamespace is a restarted or upgraded plugin container: a new mount
+// namespace with a copy of every mount, each under a new ID, seen by a
+// new process. As the kernel does when the old namespace is gone, the
+// new one has the same inode number (/proc/self/ns/mnt reads the same).
 func (t *Table) NewNamespace() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.nsGen++
-	t.ns.Mount = fmt.Sprintf("mnt:[%d]", t.nsGen+1)
+	t.ns.Mount = mounts.ProcessNamespace("mnt:[4026532281]", 100+t.nsGen, uint64(1000+100*t.nsGen))
 	ids := map[int]int{}
 	for i := range t.layers {
 		ids[t.layers[i].ID] = t.next
