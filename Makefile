@@ -37,6 +37,7 @@ export GO_TEST_TIMEOUT
 test: ## run every unit test with -race, the node simulation's 10,000 schedules, then csi-sanity (needs root for loop devices and mounts)
 	hack/test-deps.sh
 	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
+	$(MAKE) chart-test
 	$(MAKE) sim
 	$(MAKE) sanity
 
@@ -49,15 +50,20 @@ sim: ## run the node simulation without -race: SIM_SCHEDULES schedules (10000) o
 	$(GO) test -c -o bin/nodesim.test ./internal/nodesim
 	bin/nodesim.test -test.run 'TestSimulation$$' -test.timeout=0 -schedules=$(SIM_SCHEDULES) -steps=$(SIM_STEPS) -first=$(SIM_FIRST)
 
+.PHONY: chart-test
+chart-test: ## the Helm chart (deploy/helm/pathmend): helm lint --strict, its defaults render deploy/overlays/repair, its values reach pathmend's flags (module deploy/helm/charttest)
+	cd deploy/helm/charttest && GO=$(GO) $(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
+
 .PHONY: sanity
 sanity: ## run csi-sanity against the real NodeServer on loop devices (root); fails if it skipped
 	hack/sanity.sh
 
 .PHONY: verify
-verify: ## gofmt, go vet and staticcheck
+verify: ## gofmt, go vet and staticcheck; go vet of the chart's test module (staticcheck there would analyse the whole Helm SDK for one test file)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd deploy/helm/charttest && $(GO) vet ./...
 
 .PHONY: image
 image: ## build the container image (needs a Docker engine)
