@@ -28,7 +28,13 @@ func ReadInfo(path string) ([]mount.MountInfo, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxMountInfo+1))
+	return readInfo(f, path)
+}
+
+// readInfo reads the mountinfo text of path from r in one bounded read
+// and parses it.
+func readInfo(r io.Reader, path string) ([]mount.MountInfo, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxMountInfo+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}

@@ -113,30 +113,28 @@ func (k *Kept) read() (*Table, error) {
 	if _, err := unix.Seek(k.fd, 0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("read %s: %w", k.path, err)
 	}
-	b := make([]byte, 0, 64<<10)
-	for {
-		if len(b) == cap(b) {
-			if len(b) > maxMountInfo {
-				return nil, fmt.Errorf("read %s: larger than %d bytes", k.path, maxMountInfo)
-			}
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := unix.Read(k.fd, b[len(b):cap(b)])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", k.path, err)
-		}
-		if n == 0 {
-			break
-		}
-		b = b[:len(b)+n]
-	}
-	infos, err := ParseInfo(b)
+	infos, err := readInfo(fdReader(k.fd), k.path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", k.path, err)
+		return nil, err
 	}
 	k.reads++
 	return NewTable(infos), nil
+}
+
+// fdReader reads a raw descriptor (see Kept.fd).
+type fdReader int
+
+func (r fdReader) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(int(r), p)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
 }
